@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package driver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	bootstrapapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Bootstrap is what a shim's start tells its caller, stored as bootstrap.json in the bundle
+// (the format of containerd v2.4 core/runtime/v2/bundle.go and pkg/shim BootstrapParams).
+type Bootstrap struct {
+	Version  int    `json:"version"`
+	Address  string `json:"address"`
+	Protocol string `json:"protocol"`
+}
+
+// ParseStartReply reads a shim's start output in any of the three forms containerd accepts:
+// a BootstrapResult protobuf (containerd 2.3 and later), JSON (1.7 and later) or a bare
+// address (every version).
+func ParseStartReply(out []byte) (Bootstrap, error) {
+	trimmed := bytes.TrimSpace(out)
+	var b Bootstrap
+	switch {
+	case len(trimmed) == 0:
+		return b, errors.New("shim printed no address")
+	case trimmed[0] == '{':
+		if err := json.Unmarshal(trimmed, &b); err != nil {
+			return b, fmt.Errorf("start reply is not valid JSON: %w", err)
+		}
+	case out[0] < 0x20:
+		// Printable text never starts with a control byte; a protobuf's first tag does.
+		var r bootstrapapi.BootstrapResult
+		if err := proto.Unmarshal(out, &r); err != nil {
+			return b, fmt.Errorf("start reply is not a BootstrapResult: %w", err)
+		}
+		b = Bootstrap{Version: int(r.GetVersion()), Address: r.GetAddress(), Protocol: r.GetProtocol()}
+	default:
+		b = Bootstrap{Version: 2, Address: string(trimmed), Protocol: "ttrpc"}
+	}
+	if b.Protocol == "" {
+		b.Protocol = "ttrpc"
+	}
+	if err := checkAddress(b.Address); err != nil {
+		return Bootstrap{}, err
+	}
+	if b.Protocol != "ttrpc" {
+		return Bootstrap{}, fmt.Errorf("shim speaks %q; only ttrpc is supported", b.Protocol)
+	}
+	return b, nil
+}
+
+func checkAddress(a string) error {
+	path, ok := strings.CutPrefix(a, "unix://")
+	if !ok || path == "" || strings.ContainsAny(path, "\x00\n") {
+		return fmt.Errorf("start reply has no unix:// address: %q", a)
+	}
+	return nil
+}
+
+// SocketPath is the file system path behind a unix:// address.
+func (b Bootstrap) SocketPath() string {
+	return strings.TrimPrefix(b.Address, "unix://")
+}
+
+// WriteBootstrap stores b as bundle/bootstrap.json, atomically.
+func WriteBootstrap(bundle string, b Bootstrap) error {
+	data, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("encode bootstrap.json: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(bundle, "bootstrap.json"), data)
+}
+
+// ReadBootstrap loads bundle/bootstrap.json, or, for shims started by an older caller, the bare
+// address file that containerd 1.6 shims write.
+func ReadBootstrap(bundle string) (Bootstrap, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		data, err = os.ReadFile(filepath.Join(bundle, "address"))
+	}
+	if err != nil {
+		return Bootstrap{}, fmt.Errorf("read shim address: %w", err)
+	}
+	return ParseStartReply(data)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}

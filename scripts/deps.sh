@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs what shimwalk's demo and tests need, when missing: runc, containerd and busybox-static
+# from Debian, and staticcheck from the Go module proxy. Safe to run again; says what it did.
+set -euo pipefail
+
+need=()
+for pair in runc:runc containerd:containerd ctr:containerd busybox:busybox-static; do
+	bin=${pair%%:*} pkg=${pair#*:}
+	if ! command -v "$bin" >/dev/null 2>&1; then
+		[[ " ${need[*]-} " == *" $pkg "* ]] || need+=("$pkg")
+	fi
+done
+# busybox must be the static build: the container rootfs holds nothing but that one binary.
+if command -v busybox >/dev/null 2>&1 && ldd "$(command -v busybox)" >/dev/null 2>&1; then
+	need+=(busybox-static)
+fi
+
+if ((${#need[@]})); then
+	if [[ $(id -u) != 0 ]]; then
+		echo "deps: missing ${need[*]}; run as root to install them" >&2
+		exit 1
+	fi
+	echo "deps: installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+else
+	echo "deps: runc, containerd and busybox-static are installed"
+fi
+
+STATICCHECK_VERSION=v0.8.2
+gobin=$(go env GOPATH)/bin
+if [[ ! -x $gobin/staticcheck ]] || ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
+	echo "deps: installing staticcheck $STATICCHECK_VERSION"
+	(cd / && go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION")
+fi
