@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Step 01: the two-exec bootstrap. `start` opens the socket and re-executes the shim to serve it;
+// The two-exec bootstrap (since step 01). `start` opens the socket and re-executes the shim to serve it;
 // `delete` stops that shim. Mirrors Start and Stop in containerd v2.4
 // cmd/containerd-shim-runc-v2/manager/manager_linux.go and the socket helpers in pkg/shim/util_unix.go;
 // unlike containerd, the socket name hashes only namespace and id, under SHIMWALK_SOCKET_DIR.

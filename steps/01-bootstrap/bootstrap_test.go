@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,31 +33,6 @@ func startShim(t *testing.T, d *driver.Driver, id string) (driver.Bootstrap, int
 	return b, testkit.ReadPid(t, filepath.Join(d.Bundle(id), "shim.pid")), took
 }
 
-type hello struct {
-	ID        string `json:"id"`
-	Namespace string `json:"namespace"`
-	Pid       int    `json:"pid"`
-}
-
-func greet(t *testing.T, b driver.Bootstrap) hello {
-	t.Helper()
-	conn, err := net.DialTimeout("unix", b.SocketPath(), 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial shim: %v", err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	line, err := bufio.NewReader(conn).ReadBytes('\n')
-	if err != nil {
-		t.Fatalf("read greeting: %v", err)
-	}
-	var h hello
-	if err := json.Unmarshal(line, &h); err != nil {
-		t.Fatalf("greeting %q: %v", line, err)
-	}
-	return h
-}
-
 func TestStartDaemonizes(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
@@ -81,8 +55,8 @@ func TestStartDaemonizes(t *testing.T) {
 	if st.Pgid != pid {
 		t.Errorf("shim pgid = %d, want its own pid %d (a process group of its own)", st.Pgid, pid)
 	}
-	if got := greet(t, b); got != (hello{"daemon", "test", pid}) {
-		t.Errorf("greeting = %+v, want id daemon, namespace test, pid %d", got, pid)
+	if got := shimPidAt(t, b); got != pid {
+		t.Errorf("the address reaches pid %d, want %d", got, pid)
 	}
 	if addr, _ := os.ReadFile(filepath.Join(d.Bundle("daemon"), "address")); string(addr) != b.Address {
 		t.Errorf("address file = %q, want %q", addr, b.Address)
@@ -126,8 +100,8 @@ func TestSecondStartReusesShim(t *testing.T) {
 	if got := testkit.ReadPid(t, filepath.Join(d.Bundle("twice"), "shim.pid")); got != pid {
 		t.Errorf("shim.pid changed from %d to %d: a second shim was started", pid, got)
 	}
-	if h := greet(t, second); h.Pid != pid {
-		t.Errorf("the address reaches pid %d, want %d", h.Pid, pid)
+	if got := shimPidAt(t, second); got != pid {
+		t.Errorf("the address reaches pid %d, want %d", got, pid)
 	}
 }
 
@@ -149,8 +123,8 @@ func TestStaleSocketIsReplaced(t *testing.T) {
 	if newPid == pid {
 		t.Fatal("no new shim was started")
 	}
-	if h := greet(t, again); h.Pid != newPid {
-		t.Errorf("the address reaches pid %d, want the new shim %d", h.Pid, newPid)
+	if got := shimPidAt(t, again); got != newPid {
+		t.Errorf("the address reaches pid %d, want the new shim %d", got, newPid)
 	}
 }
 

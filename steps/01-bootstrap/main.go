@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Step 01: the command line of a runtime-v2 shim and its action dispatch.
+// The command line of a runtime-v2 shim and its action dispatch (since step 01).
 // Mirrors parseFlags and Run in containerd v2.4 pkg/shim/shim.go, without the plugin registry.
 package main
 

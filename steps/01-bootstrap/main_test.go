@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -15,4 +16,10 @@ func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
 func shimBinary(t *testing.T) string {
 	t.Helper()
 	return testkit.StepBinary(t)
+}
+
+// shimPidAt asks the process serving b's address for its pid: in this step, from its greeting.
+func shimPidAt(t *testing.T, b driver.Bootstrap) int {
+	t.Helper()
+	return greet(t, b).Pid
 }

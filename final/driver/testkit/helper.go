@@ -3,11 +3,20 @@
 package testkit
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+
+	"github.com/shimwalk/shimwalk/final/driver"
 )
 
 // Helpers run inside a re-executed test binary, for the parts of a test that must happen in
@@ -34,14 +43,81 @@ func runHelper() (int, bool) {
 	return fn(os.Args[1:]), true
 }
 
+func init() {
+	// ttrpc-connect ADDRESS: calls Connect on the shim at ADDRESS and prints the shim's pid.
+	RegisterHelper("ttrpc-connect", func(args []string) int {
+		if len(args) != 1 {
+			fmt.Fprintln(os.Stderr, "usage: ttrpc-connect ADDRESS")
+			return 2
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := driver.Dial(ctx, args[0])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer conn.Close()
+		resp, err := conn.Task.Connect(ctx, &taskapi.ConnectRequest{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println(resp.ShimPid)
+		return 0
+	})
+}
+
+var (
+	helperOnce sync.Once
+	helperBin  string
+	helperErr  error
+)
+
+// helperBinary is a copy of the test binary that any user may execute: go test keeps its
+// binaries in a directory only root can enter.
+func helperBinary(t testing.TB) string {
+	t.Helper()
+	helperOnce.Do(func() {
+		self, err := os.Executable()
+		if err != nil {
+			helperErr = err
+			return
+		}
+		helperErr = os.Chmod(WorkDir(t), 0o711)
+		if helperErr != nil {
+			return
+		}
+		helperBin = filepath.Join(WorkDir(t), "helper")
+		helperErr = copyFile(self, helperBin, 0o755)
+	})
+	if helperErr != nil {
+		t.Fatalf("helper binary: %v", helperErr)
+	}
+	return helperBin
+}
+
+func copyFile(from, to string, mode os.FileMode) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
+}
+
 // RunHelper runs the helper name in a copy of the test binary as uid:gid and returns its result.
 func RunHelper(t testing.TB, uid, gid uint32, name string, args ...string) Result {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, args...)
+	cmd := exec.Command(helperBinary(t), args...)
 	cmd.Env = append(os.Environ(), helperEnv+"="+name)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
 	out, err := cmd.Output()

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/ttrpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Conn is a ttrpc connection to one shim's Task service.
+type Conn struct {
+	Task    taskapi.TTRPCTaskService
+	Address string
+	client  *ttrpc.Client
+}
+
+// Dial connects to the shim at a unix:// address.
+func Dial(ctx context.Context, address string) (*Conn, error) {
+	if err := checkAddress(address); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", strings.TrimPrefix(address, "unix://"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to shim: %w", err)
+	}
+	client := ttrpc.NewClient(nc)
+	return &Conn{Task: taskapi.NewTTRPCTaskClient(client), Address: address, client: client}, nil
+}
+
+// Connect dials the shim of task id at the address its bundle records.
+func (d *Driver) Connect(ctx context.Context, id string) (*Conn, error) {
+	if err := ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	b, err := ReadBootstrap(d.Bundle(id))
+	if err != nil {
+		return nil, err
+	}
+	return Dial(ctx, b.Address)
+}
+
+// Close closes the connection; the shim lives on.
+func (c *Conn) Close() error {
+	return c.client.Close()
+}
+
+// Code is the status code of an RPC error (codes.OK for nil, codes.Unknown for a non-status
+// error, such as a closed connection).
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Code()
+	}
+	return codes.Unknown
+}
+
+// Message is an RPC error's message without the transport's prefix, for one-line reports.
+func Message(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Message()
+	}
+	return err.Error()
+}
