@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/containerd/containerd/api v1.12.0
 	github.com/containerd/ttrpc v1.2.10
+	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.81.1
 	google.golang.org/protobuf v1.36.12
@@ -12,8 +13,10 @@ require (
 
 require (
 	github.com/containerd/log v0.1.0 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260226221140-a57be14db171 // indirect
 )

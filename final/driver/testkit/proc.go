@@ -3,10 +3,7 @@
 package testkit
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,70 +12,23 @@ import (
 	"github.com/shimwalk/shimwalk/final/driver"
 )
 
-// Stat is the part of /proc/PID/stat the tests look at.
-type Stat struct {
-	Pid, PPid, Pgid, Sid int
-	State                byte // R, S, Z, ...
-	Comm                 string
-}
-
-// ProcStat reads /proc/pid/stat.
-func ProcStat(pid int) (Stat, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return Stat{}, err
-	}
-	// comm may contain spaces and parentheses; the fields after it start at the last ')'.
-	s := string(data)
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < 0 || end+2 >= len(s) {
-		return Stat{}, fmt.Errorf("malformed stat for %d", pid)
-	}
-	f := strings.Fields(s[end+2:])
-	if len(f) < 4 {
-		return Stat{}, fmt.Errorf("malformed stat for %d", pid)
-	}
-	st := Stat{Pid: pid, State: f[0][0], Comm: s[open+1 : end]}
-	st.PPid, _ = strconv.Atoi(f[1])
-	st.Pgid, _ = strconv.Atoi(f[2])
-	st.Sid, _ = strconv.Atoi(f[3])
-	return st, nil
+// ProcStat reads /proc/pid.
+func ProcStat(pid int) (driver.Proc, error) {
+	return driver.ReadProc(pid)
 }
 
 // Alive reports whether pid exists and is not a zombie.
 func Alive(pid int) bool {
-	st, err := ProcStat(pid)
-	return err == nil && st.State != 'Z'
-}
-
-// Children lists the pids whose parent is pid, over all of its threads.
-func Children(pid int) []int {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var kids []int
-	for _, f := range tasks {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, field := range strings.Fields(string(data)) {
-			if k, err := strconv.Atoi(field); err == nil {
-				kids = append(kids, k)
-			}
-		}
-	}
-	return kids
+	p, err := driver.ReadProc(pid)
+	return err == nil && p.State != 'Z'
 }
 
 // ReadPid reads a pid file.
 func ReadPid(t testing.TB, path string) int {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	pid, err := driver.ReadPidFile(path)
 	if err != nil {
-		t.Fatalf("read pid file: %v", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatalf("pid file %s holds %q", path, data)
+		t.Fatal(err)
 	}
 	return pid
 }
@@ -131,11 +81,7 @@ func checkNoShims(t testing.TB, d *driver.Driver) {
 		t.Errorf("list tasks: %v", err)
 	}
 	for _, id := range ids {
-		data, err := os.ReadFile(filepath.Join(d.Bundle(id), "shim.pid"))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		pid, err := driver.ReadPidFile(filepath.Join(d.Bundle(id), "shim.pid"))
 		if err == nil && Alive(pid) {
 			t.Errorf("shim for %s (pid %d) outlived the test", id, pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)

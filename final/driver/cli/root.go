@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package cli is shimctl's command tree: each command is a thin layer over package driver.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+
+	"github.com/shimwalk/shimwalk/final/driver"
+)
+
+// Exit codes: a container's own status is passed through by run, exec and wait.
+const (
+	exitError = 1
+	exitUsage = 2
+)
+
+type globals struct {
+	state     string
+	namespace string
+	shim      string
+	debug     bool
+}
+
+// usageError marks errors in how shimctl was called, which exit with exitUsage.
+type usageError struct{ error }
+
+// exitCode carries a container's exit status out of a command.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// Main runs shimctl with args and returns its exit code.
+func Main(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var code exitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	}
+	fmt.Fprintf(os.Stderr, "shimctl: %s\n", describe(err))
+	var ue usageError
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") ||
+		strings.Contains(err.Error(), "flag") || strings.Contains(err.Error(), "arg(s)") {
+		return exitUsage
+	}
+	return exitError
+}
+
+// describe renders an error as one line; an RPC the shim lacks is named as such rather than
+// shown as a chain of wrapped transport errors.
+func describe(err error) string {
+	if driver.Code(err) == codes.Unimplemented {
+		return "this shim does not implement that call: " + driver.Message(err)
+	}
+	return strings.ReplaceAll(err.Error(), "\n", " ")
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "shimctl",
+		Short: "Play containerd's part towards a runtime-v2 shim",
+		Long: `shimctl starts, drives and deletes runtime-v2 shims the way containerd does,
+so that every step of shimwalk, and the final shim, can be run and watched by hand.`,
+		Example: `  shimctl --shim bin/containerd-shim-step01-v2 shim start demo
+  shimctl tree demo
+  shimctl shim delete demo`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.state, "state", "/run/shimctl", "state directory holding one bundle per task")
+	pf.StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
+	pf.StringVar(&g.shim, "shim", "", "shim binary (default: containerd-shim-shimwalk-v2 beside shimctl or on PATH)")
+	pf.BoolVar(&g.debug, "debug", false, "start shims with -debug")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(shimCommand(g), taskCommand(g), treeCommand(g))
+	return root
+}
+
+// driver builds the driver the global flags describe.
+func (g *globals) driver() (*driver.Driver, error) {
+	shim, err := g.shimPath()
+	if err != nil {
+		return nil, err
+	}
+	state, err := filepath.Abs(g.state)
+	if err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateID("namespace", g.namespace); err != nil {
+		return nil, usageError{err}
+	}
+	d := driver.New(state, g.namespace, shim)
+	d.Debug = g.debug
+	return d, nil
+}
+
+func (g *globals) shimPath() (string, error) {
+	if g.shim != "" {
+		return filepath.Abs(g.shim)
+	}
+	const name = "containerd-shim-shimwalk-v2"
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), name)
+		if _, err := os.Stat(beside); err == nil {
+			return beside, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", usageError{fmt.Errorf("no shim: pass --shim PATH (for example bin/containerd-shim-step01-v2)")}
+}
+
+// oneID is the argument rule of commands that take a task id.
+func oneID(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return usageError{fmt.Errorf("%s takes one task id", cmd.CommandPath())}
+	}
+	if err := driver.ValidateID("id", args[0]); err != nil {
+		return usageError{err}
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/spf13/cobra"
+)
+
+func shimCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "shim", Short: "Start, shut down and delete shims"}
+	cmd.AddCommand(&cobra.Command{
+		Use:     "start ID",
+		Short:   "Run the shim's start action for task ID, as containerd does",
+		Example: "  shimctl --shim bin/containerd-shim-step01-v2 shim start demo",
+		Args:    oneID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := g.driver()
+			if err != nil {
+				return err
+			}
+			id := args[0]
+			if _, err := os.Stat(d.Bundle(id)); errors.Is(err, os.ErrNotExist) {
+				if _, err := d.CreateBundle(id); err != nil {
+					return err
+				}
+			}
+			b, err := d.StartShim(cmd.Context(), id, nil)
+			if err != nil {
+				return err
+			}
+			pid, _ := os.ReadFile(d.Bundle(id) + "/shim.pid")
+			fmt.Fprintf(cmd.OutOrStdout(), "shim for %s listens at %s (pid %s)\n", id, b.Address, pid)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:     "delete ID",
+		Short:   "Run the shim's delete action for task ID and remove its bundle",
+		Example: "  shimctl shim delete demo",
+		Args:    oneID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := g.driver()
+			if err != nil {
+				return err
+			}
+			resp, err := d.DeleteShim(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if err := d.RemoveBundle(args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s: pid %d, exit status %d\n", args[0], resp.Pid, resp.ExitStatus)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:     "shutdown ID",
+		Short:   "Ask the shim of task ID to exit (the Shutdown RPC)",
+		Example: "  shimctl shim shutdown demo",
+		Args:    oneID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := g.driver()
+			if err != nil {
+				return err
+			}
+			c, err := d.Connect(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := c.Task.Shutdown(cmd.Context(), &taskapi.ShutdownRequest{ID: args[0]}); err != nil {
+				return fmt.Errorf("shutdown: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "shim for %s is shutting down\n", args[0])
+			return nil
+		},
+	})
+	return cmd
+}

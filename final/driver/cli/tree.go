@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shimwalk/shimwalk/final/driver"
+)
+
+func treeCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tree ID",
+		Short: "Show the process tree of task ID's shim, with pid, ppid, pgid and sid",
+		Long: `tree prints the shim of task ID and every process below it. Compare the ppid
+column with the shim's pid to see who is whose parent: from step 04 on, the
+container's init is the shim's child; before that it is re-parented elsewhere.`,
+		Example: "  shimctl tree demo",
+		Args:    oneID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := g.driver()
+			if err != nil {
+				return err
+			}
+			bundle := d.Bundle(args[0])
+			shimPid, err := driver.ReadPidFile(filepath.Join(bundle, "shim.pid"))
+			if err != nil {
+				return fmt.Errorf("no shim recorded for %s: %w", args[0], err)
+			}
+			roots := []int{shimPid}
+			// A container that is not the shim's child (steps 01-03) is shown as a second root.
+			if initPid, err := driver.ReadPidFile(filepath.Join(bundle, "init.pid")); err == nil {
+				if p, err := driver.ReadProc(initPid); err == nil && p.PPid != shimPid {
+					roots = append(roots, initPid)
+				}
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%7s %7s %7s %7s  %s\n", "PID", "PPID", "PGID", "SID", "COMMAND")
+			for _, pid := range roots {
+				printTree(out, pid, 0)
+			}
+			return nil
+		},
+	}
+}
+
+func printTree(out interface{ Write([]byte) (int, error) }, pid, depth int) {
+	p, err := driver.ReadProc(pid)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(out, "%7d %7d %7d %7d  %s%s\n", p.Pid, p.PPid, p.Pgid, p.Sid, strings.Repeat("  ", depth), p.Command)
+	for _, child := range p.Children {
+		printTree(out, child, depth+1)
+	}
+}

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package driver
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Proc is what /proc says about one process: enough to show who is whose parent.
+type Proc struct {
+	Pid, PPid, Pgid, Sid int
+	State                byte // R, S, Z, ...
+	Command              string
+	Children             []int
+}
+
+// ReadProc reads /proc/pid/stat, cmdline and children.
+func ReadProc(pid int) (Proc, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Proc{}, err
+	}
+	// comm may hold spaces and parentheses; the fields after it start at the last ')'.
+	s := string(data)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < 0 || end+2 >= len(s) {
+		return Proc{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[end+2:])
+	if len(f) < 4 {
+		return Proc{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	p := Proc{Pid: pid, State: f[0][0], Command: "[" + s[open+1:end] + "]"}
+	p.PPid, _ = strconv.Atoi(f[1])
+	p.Pgid, _ = strconv.Atoi(f[2])
+	p.Sid, _ = strconv.Atoi(f[3])
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && len(cmdline) > 0 {
+		p.Command = strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, field := range strings.Fields(string(data)) {
+			if c, err := strconv.Atoi(field); err == nil {
+				p.Children = append(p.Children, c)
+			}
+		}
+	}
+	return p, nil
+}
+
+// ReadPidFile reads a file holding one pid, as runc and the shims write them.
+func ReadPidFile(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("%s holds no pid: %q", path, data)
+	}
+	return pid, nil
+}
