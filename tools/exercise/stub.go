@@ -15,7 +15,6 @@ import (
 	"go/token"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -23,8 +22,8 @@ import (
 	"strings"
 )
 
-// packageNamer returns the package name of each import path, for imports whose name cannot be
-// told from the path. dir is where the file being stubbed lives.
+// packageNamer returns the package name of each import path, as seen from the directory dir of
+// the file being stubbed.
 type packageNamer func(dir string, paths []string) (map[string]string, error)
 
 // goListNames asks the go command, which knows the module's dependencies.
@@ -96,7 +95,6 @@ func stubFile(filename string, src []byte, want []string, message func(string) s
 	if len(cuts) == 0 {
 		return src, nil, nil, nil
 	}
-	usedBefore := selectorRoots(f)
 	out := splice(src, cuts...)
 
 	// Parse the stubbed text again: its positions are the ones the import cuts need.
@@ -105,7 +103,7 @@ func stubFile(filename string, src []byte, want []string, message func(string) s
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("parse stubbed source: %w", err)
 	}
-	drop, err := unusedImports(f, usedBefore, filepath.Dir(filename), names)
+	drop, err := unusedImports(f, filepath.Dir(filename), names)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -162,14 +160,12 @@ func selectorRoots(f *ast.File) map[string]bool {
 	return used
 }
 
-// unusedImports returns the imports of f that nothing in f uses any more. usedBefore are the
-// selector roots of the file before stubbing; as that file compiled, each of its imports was
-// used, so an assumed package name that did not occur there is a wrong guess and the go command
-// is asked instead. Blank and dot imports are kept: their effect is not visible as a name.
-func unusedImports(f *ast.File, usedBefore map[string]bool, dir string, names packageNamer) (map[*ast.ImportSpec]bool, error) {
-	usedNow := selectorRoots(f)
+// unusedImports returns the imports of f that nothing in f uses any more. Package names come
+// from the go command: guessing them from import paths goes wrong exactly for the imports whose
+// names differ. Blank and dot imports are kept: their use is not visible as a name.
+func unusedImports(f *ast.File, dir string, names packageNamer) (map[*ast.ImportSpec]bool, error) {
 	name := map[*ast.ImportSpec]string{}
-	var unknown []string
+	var ask []string
 	for _, spec := range f.Imports {
 		p, err := strconv.Unquote(spec.Path.Value)
 		if err != nil {
@@ -177,23 +173,20 @@ func unusedImports(f *ast.File, usedBefore map[string]bool, dir string, names pa
 		}
 		switch {
 		case p == "C" || spec.Name != nil && (spec.Name.Name == "_" || spec.Name.Name == "."):
-			continue
 		case spec.Name != nil:
 			name[spec] = spec.Name.Name
-		case usedBefore[assumedName(p)]:
-			name[spec] = assumedName(p)
 		default:
-			unknown = append(unknown, p)
+			ask = append(ask, p)
 		}
 	}
-	if len(unknown) > 0 {
-		real, err := names(dir, unknown)
+	if len(ask) > 0 {
+		real, err := names(dir, ask)
 		if err != nil {
-			return nil, fmt.Errorf("package names of %s: %w", strings.Join(unknown, ", "), err)
+			return nil, fmt.Errorf("package names: %w", err)
 		}
 		for _, spec := range f.Imports {
 			p, _ := strconv.Unquote(spec.Path.Value)
-			if slices.Contains(unknown, p) {
+			if spec.Name == nil && p != "C" {
 				if real[p] == "" {
 					return nil, fmt.Errorf("package name of %s: not found", p)
 				}
@@ -201,31 +194,14 @@ func unusedImports(f *ast.File, usedBefore map[string]bool, dir string, names pa
 			}
 		}
 	}
+	used := selectorRoots(f)
 	drop := map[*ast.ImportSpec]bool{}
 	for spec, n := range name {
-		if !usedNow[n] {
+		if !used[n] {
 			drop[spec] = true
 		}
 	}
 	return drop, nil
-}
-
-// assumedName is the package name an import path usually has: its last element, skipping a
-// major version suffix and a "go-" prefix, up to the first character not valid in a name.
-func assumedName(importPath string) string {
-	base := path.Base(importPath)
-	if len(base) > 1 && base[0] == 'v' && strings.Trim(base[1:], "0123456789") == "" {
-		if dir := path.Dir(importPath); dir != "." {
-			base = path.Base(dir)
-		}
-	}
-	base = strings.TrimPrefix(base, "go-")
-	if i := strings.IndexFunc(base, func(r rune) bool {
-		return !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
-	}); i >= 0 {
-		base = base[:i]
-	}
-	return base
 }
 
 func nodeStart(doc *ast.CommentGroup, pos token.Pos) token.Pos {

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command exercise prepares and checks the workshop exercises (DESIGN.md, "Workshop exercises").
+// It runs from anywhere in the repository: `make exercise`, `make check` and `make exercises`
+// call it as go run ./tools/exercise list | make EX | check EX | verify [EX...].
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+)
+
+const usage = "usage: exercise list | make EX | check EX | verify [EX...]"
+
+// usageError is a mistake in what the caller asked for, as opposed to a failure while doing it.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	code, err := dispatch(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "exercise:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return code
+}
+
+// dispatch returns the exit code of a command that ran, or the error that kept it from running.
+func dispatch(args []string) (int, error) {
+	if len(args) == 0 {
+		return 0, usageError(usage)
+	}
+	cmd, rest := args[0], args[1:]
+	want := map[string]int{"list": 0, "make": 1, "check": 1, "verify": -1} // -1: any number
+	n, known := want[cmd]
+	switch {
+	case !known:
+		return 0, usageError(fmt.Sprintf("unknown command %q; %s", cmd, usage))
+	case n >= 0 && len(rest) != n:
+		return 0, usageError(fmt.Sprintf("%s takes %d exercise id(s); %s", cmd, n, usage))
+	}
+	var exs []Exercise
+	for _, id := range rest {
+		ex, ok := lookup(id)
+		if !ok {
+			return 0, usageError(fmt.Sprintf("unknown exercise %q (make exercise-list shows them)", id))
+		}
+		exs = append(exs, ex)
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return 0, err
+	}
+	switch cmd {
+	case "list":
+		return 0, list(os.Stdout)
+	case "make":
+		return 0, makeExercise(root, exs[0])
+	case "check":
+		return check(root, exs[0])
+	default:
+		if len(exs) == 0 {
+			exs = exercises
+		}
+		return verify(root, exs, os.Stdout)
+	}
+}
+
+// repoRoot is the directory holding go.mod, found upwards from the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory; run from the repository")
+		}
+		dir = parent
+	}
+}
+
+func list(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTEP\tKIND\tTITLE\tCHECK")
+	for _, ex := range exercises {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ex.ID, ex.Step, ex.Kind, ex.Title, ex.Check)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write list: %w", err)
+	}
+	return nil
+}
+
+// workDir is where `make` puts an exercise's copy. Its base name starts with the step number and
+// a dot, which is how testkit.BinaryName knows which shim the copy builds.
+func workDir(root string, ex Exercise) string {
+	return filepath.Join(root, "work", ex.ID)
+}
+
+func makeExercise(root string, ex Exercise) error {
+	dest := workDir(root, ex)
+	_, err := os.Stat(dest)
+	replaced := err == nil
+	did, err := prepare(root, ex, dest)
+	if err != nil {
+		return err
+	}
+	rel, _ := filepath.Rel(root, dest)
+	if replaced {
+		fmt.Printf("replaced the earlier %s\n", rel)
+	}
+	fmt.Printf("%s: steps/%s with %s\n\n", rel, ex.Step, did)
+	fmt.Printf("Exercise %s (%s): %s\n", ex.ID, ex.Kind, ex.Title)
+	fmt.Printf("Hint: %s\n", ex.Hint)
+	fmt.Printf("Read: steps/%s/README.md#%s\n\n", ex.Step, ex.Anchor)
+	if ex.Kind == Build {
+		fmt.Printf("Fill in the stubs in %s, then run:  make check EX=%s\n", rel, ex.ID)
+	} else {
+		fmt.Printf("Predict what %s will report, then run:  make check EX=%s\n", ex.Check, ex.ID)
+	}
+	return nil
+}
+
+// prepare makes dest a copy of the exercise's step (its files, not its subdirectories) with the
+// exercise applied, replacing whatever dest held. It says what it changed.
+func prepare(root string, ex Exercise, dest string) (string, error) {
+	src := filepath.Join(root, "steps", ex.Step)
+	if err := copyFiles(src, dest); err != nil {
+		return "", err
+	}
+	switch ex.Kind {
+	case Build:
+		return stubDir(dest, src, ex)
+	case Break:
+		if ex.Edit == nil {
+			return "", fmt.Errorf("exercise %s: a break exercise needs an Edit", ex.ID)
+		}
+		file := filepath.Join(dest, ex.Edit.File)
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("exercise %s: %w", ex.ID, err)
+		}
+		data, err = applyEdit(data, *ex.Edit)
+		if err != nil {
+			return "", fmt.Errorf("exercise %s: %w", ex.ID, err)
+		}
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			return "", fmt.Errorf("exercise %s: %w", ex.ID, err)
+		}
+		return fmt.Sprintf("%q replaced by %q in %s", ex.Edit.Old, ex.Edit.New, ex.Edit.File), nil
+	}
+	return "", fmt.Errorf("exercise %s: unknown kind %q", ex.ID, ex.Kind)
+}
+
+func copyFiles(src, dest string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("read step: %w", err)
+	}
+	if err := os.RemoveAll(dest); err != nil {
+		return fmt.Errorf("remove old copy: %w", err)
+	}
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return fmt.Errorf("create copy: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return fmt.Errorf("copy step: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dest, e.Name()), data, 0o644); err != nil {
+			return fmt.Errorf("copy step: %w", err)
+		}
+	}
+	return nil
+}
+
+// stubDir stubs the exercise's functions wherever the copy's non-test files declare them; a
+// function with build-tagged variants is stubbed in each. Package names are looked up from the
+// step, which is inside the module wherever the copy is.
+func stubDir(dir, stepDir string, ex Exercise) (string, error) {
+	names := func(_ string, paths []string) (map[string]string, error) { return goListNames(stepDir, paths) }
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return "", fmt.Errorf("list copy: %w", err)
+	}
+	message := func(name string) string {
+		return fmt.Sprintf("exercise %s: implement %s; see steps/%s/README.md#%s", ex.ID, name, ex.Step, ex.Anchor)
+	}
+	found := map[string]bool{}
+	var report []string
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("exercise %s: %w", ex.ID, err)
+		}
+		out, stubbed, dropped, err := stubFile(file, src, ex.Funcs, message, names)
+		if err != nil {
+			return "", fmt.Errorf("exercise %s: stub %s: %w", ex.ID, filepath.Base(file), err)
+		}
+		if len(stubbed) == 0 {
+			continue
+		}
+		if err := os.WriteFile(file, out, 0o644); err != nil {
+			return "", fmt.Errorf("exercise %s: %w", ex.ID, err)
+		}
+		for _, s := range stubbed {
+			found[s] = true
+		}
+		line := fmt.Sprintf("%s stubbed in %s", strings.Join(stubbed, ", "), filepath.Base(file))
+		if len(dropped) > 0 {
+			line += fmt.Sprintf(" (imports no longer used: %s)", strings.Join(dropped, ", "))
+		}
+		report = append(report, line)
+	}
+	for _, name := range ex.Funcs {
+		if !found[name] {
+			return "", fmt.Errorf("exercise %s: function %s not found in steps/%s", ex.ID, name, ex.Step)
+		}
+	}
+	return strings.Join(report, "; "), nil
+}
+
+// check runs the exercise's test against its copy and exits as go test does.
+func check(root string, ex Exercise) (int, error) {
+	dir := workDir(root, ex)
+	if _, err := os.Stat(dir); err != nil {
+		return 0, fmt.Errorf("no copy of exercise %s (%w); make exercise EX=%s creates it", ex.ID, err, ex.ID)
+	}
+	rel, _ := filepath.Rel(root, dir)
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^"+ex.Check+"$", "./"+filepath.ToSlash(rel))
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	fmt.Fprintln(os.Stderr, strings.Join(cmd.Args, " "))
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ee.ExitCode() < 0 { // killed by a signal
+			return 1, nil
+		}
+		return ee.ExitCode(), nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("run go test: %w", err)
+	}
+	return 0, nil
+}
