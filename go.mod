@@ -4,7 +4,10 @@ go 1.26.0
 
 require (
 	github.com/containerd/containerd/api v1.12.0
+	github.com/containerd/fifo v1.1.0
+	github.com/containerd/go-runc v1.2.1
 	github.com/containerd/ttrpc v1.2.10
+	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.81.1
@@ -12,6 +15,7 @@ require (
 )
 
 require (
+	github.com/containerd/console v1.0.5 // indirect
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect

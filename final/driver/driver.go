@@ -226,14 +226,20 @@ func unescapeMountPath(s string) string {
 	return b.String()
 }
 
-// shimError folds a shim's one-line stderr into the error of its exit.
+// shimError folds a shim's one-line stderr into the error of its exit. A shim that panicked
+// printed a stack: its "panic:" line is the one that says what went wrong.
 func shimError(err error, stderr []byte) error {
 	msg := strings.TrimSpace(string(stderr))
 	if msg == "" {
 		return err
 	}
-	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
-		msg = msg[i+1:]
+	lines := strings.Split(msg, "\n")
+	msg = lines[len(lines)-1]
+	for _, l := range lines {
+		if strings.HasPrefix(l, "panic: ") {
+			msg = l
+			break
+		}
 	}
 	return fmt.Errorf("%s (%w)", msg, err)
 }

@@ -23,6 +23,7 @@ type Containerd struct {
 	Address      string // gRPC socket, for ctr
 	TTRPCAddress string
 	SocketDir    string // SHIMWALK_SOCKET_DIR of the shims it starts
+	RuncRoot     string // SHIMWALK_RUNC_ROOT of the shims it starts
 	Namespace    string
 	Binary       string // the containerd executable
 
@@ -53,6 +54,7 @@ func StartContainerd(t testing.TB) *Containerd {
 		Address:      filepath.Join(dir, "c.sock"),
 		TTRPCAddress: filepath.Join(dir, "c.sock.ttrpc"),
 		SocketDir:    filepath.Join(dir, "s"),
+		RuncRoot:     RuncRoot(t),
 		Namespace:    "shimwalk-test",
 		Binary:       bin,
 	}
@@ -106,7 +108,7 @@ func (c *Containerd) start() error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(c.Binary, "--config", filepath.Join(c.Dir, "config.toml"))
-	cmd.Env = append(os.Environ(), "SHIMWALK_SOCKET_DIR="+c.SocketDir)
+	cmd.Env = append(os.Environ(), "SHIMWALK_SOCKET_DIR="+c.SocketDir, "SHIMWALK_RUNC_ROOT="+c.RuncRoot)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// containerd and the shims it starts must not get the test's terminal signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

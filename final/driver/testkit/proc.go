@@ -3,6 +3,8 @@
 package testkit
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -59,7 +61,10 @@ func NewDriver(t testing.TB, shim string) *driver.Driver {
 	t.Helper()
 	dir := TempDir(t)
 	d := driver.New(filepath.Join(dir, "state"), "test", shim)
-	d.Env = []string{"SHIMWALK_SOCKET_DIR=" + filepath.Join(dir, "s")}
+	d.Env = []string{
+		"SHIMWALK_SOCKET_DIR=" + filepath.Join(dir, "s"),
+		"SHIMWALK_RUNC_ROOT=" + RuncRoot(t),
+	}
 	t.Cleanup(func() { checkNoShims(t, d) })
 	return d
 }
@@ -87,4 +92,48 @@ func checkNoShims(t testing.TB, d *driver.Driver) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// RuncRoot is the runc state root of every shim the kit starts in this test process (the shims
+// add the namespace below it), kept apart from the host's and from other test processes'.
+func RuncRoot(t testing.TB) string {
+	return filepath.Join(WorkDir(t), "runc")
+}
+
+// RuncContainers lists the containers runc knows in namespace.
+func RuncContainers(t testing.TB, namespace string) []string {
+	t.Helper()
+	r := Run(t, "", nil, "runc", "--root", filepath.Join(RuncRoot(t), namespace), "list", "-q")
+	if r.Code != 0 {
+		t.Fatalf("runc list: %s", r.Stderr)
+	}
+	return strings.Fields(r.Stdout)
+}
+
+// OpenFiles lists the paths among paths that process pid holds open.
+func OpenFiles(pid int, paths ...string) []string {
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	var open []string
+	for _, fd := range fds {
+		target, err := os.Readlink(fd)
+		if err != nil {
+			continue
+		}
+		for _, p := range paths {
+			if p != "" && target == p {
+				open = append(open, target)
+			}
+		}
+	}
+	return open
+}
+
+// Mounts lists the mount points at or below dir.
+func Mounts(t testing.TB, dir string) []string {
+	t.Helper()
+	m, err := driver.MountsUnder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

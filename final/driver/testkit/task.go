@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/containerd/api/types/task"
+
+	"github.com/shimwalk/shimwalk/final/driver"
+)
+
+// Buffer is a bytes.Buffer that a copy goroutine may write while the test reads.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TaskOptions describe a test container.
+type TaskOptions struct {
+	Args []string
+	// Overlay mounts the rootfs as an overlay over the busybox rootfs, handed to the shim as
+	// CreateTaskRequest.Rootfs the way a snapshotter's mounts are; otherwise the busybox
+	// rootfs is the spec's root, read-only, with no mounts.
+	Overlay bool
+	NullIO  bool // no stdio FIFOs
+}
+
+// Task is one container driven through a shim exactly as containerd would: a bundle, stdio
+// FIFOs read by the test, the shim's start, a ttrpc connection. When the test ends the task is
+// killed, deleted and its shim shut down and deleted; a shim that outlives that fails the test.
+type Task struct {
+	t              testing.TB
+	D              *driver.Driver
+	ID, Bundle     string
+	Conn           *driver.Conn
+	FIFOs          *driver.FIFOs
+	Stdout, Stderr Buffer
+	Mounts         []*types.Mount // the rootfs mounts the Create request carries
+	Upper          string         // the overlay's upper directory, with Overlay
+	ShimPid        int
+	attached       *driver.Attached
+}
+
+// NewTask prepares task id and starts its shim; it does not Create the task.
+func NewTask(t testing.TB, d *driver.Driver, id string, o TaskOptions) *Task {
+	t.Helper()
+	k := &Task{t: t, D: d, ID: id}
+	spec := driver.SpecOptions{Args: o.Args, Rootfs: Rootfs(t), Readonly: true}
+	if o.Overlay {
+		spec.Rootfs, spec.Readonly = "", false
+		scratch := TempDir(t)
+		k.Upper = filepath.Join(scratch, "upper")
+		work := filepath.Join(scratch, "work")
+		for _, dir := range []string{k.Upper, work} {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k.Mounts = []*types.Mount{{
+			Type: "overlay", Source: "overlay",
+			Options: []string{"lowerdir=" + Rootfs(t), "upperdir=" + k.Upper, "workdir=" + work},
+		}}
+	}
+	bundle, err := d.NewBundle(id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Bundle = bundle
+	if !o.NullIO {
+		if k.FIFOs, err = d.NewFIFOs(id, false); err != nil {
+			t.Fatal(err)
+		}
+		if k.attached, err = k.FIFOs.Attach(context.Background(), nil, &k.Stdout, &k.Stderr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(k.cleanup)
+	if _, err := d.StartShim(k.Ctx(), id, nil); err != nil {
+		t.Fatal(err)
+	}
+	k.ShimPid = ReadPid(t, filepath.Join(bundle, "shim.pid"))
+	if k.Conn, err = d.Connect(k.Ctx(), id); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// Ctx is a context for one RPC, bounded so that a hung shim fails the test instead of hanging it.
+func (k *Task) Ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	k.t.Cleanup(cancel)
+	return ctx
+}
+
+// CreateRequest is the request containerd would send for this task.
+func (k *Task) CreateRequest() *taskapi.CreateTaskRequest {
+	r := &taskapi.CreateTaskRequest{ID: k.ID, Bundle: k.Bundle, Rootfs: k.Mounts}
+	if k.FIFOs != nil {
+		r.Stdout, r.Stderr = k.FIFOs.Stdout, k.FIFOs.Stderr
+	}
+	return r
+}
+
+// Create sends the Create RPC and returns the init pid.
+func (k *Task) Create() int {
+	k.t.Helper()
+	resp, err := k.Conn.Task.Create(k.Ctx(), k.CreateRequest())
+	if err != nil {
+		k.t.Fatalf("Create: %v", err)
+	}
+	return int(resp.Pid)
+}
+
+// Start sends the Start RPC.
+func (k *Task) Start() {
+	k.t.Helper()
+	if _, err := k.Conn.Task.Start(k.Ctx(), &taskapi.StartRequest{ID: k.ID}); err != nil {
+		k.t.Fatalf("Start: %v", err)
+	}
+}
+
+// Run creates and starts the task and returns its init pid.
+func (k *Task) Run() int {
+	k.t.Helper()
+	pid := k.Create()
+	k.Start()
+	return pid
+}
+
+// State sends the State RPC.
+func (k *Task) State() *taskapi.StateResponse {
+	k.t.Helper()
+	st, err := k.Conn.Task.State(k.Ctx(), &taskapi.StateRequest{ID: k.ID})
+	if err != nil {
+		k.t.Fatalf("State: %v", err)
+	}
+	return st
+}
+
+// WaitStatus polls State until the task has status want.
+func (k *Task) WaitStatus(want task.Status, timeout time.Duration) *taskapi.StateResponse {
+	k.t.Helper()
+	var st *taskapi.StateResponse
+	Eventually(k.t, timeout, "task "+k.ID+" never became "+want.String(), func() bool {
+		st = k.State()
+		return st.Status == want
+	})
+	return st
+}
+
+// WaitOutput waits until the task's stdout and stderr are closed: all output has arrived.
+func (k *Task) WaitOutput(timeout time.Duration) {
+	k.t.Helper()
+	done := make(chan struct{})
+	go func() { k.attached.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		k.t.Fatalf("output of %s not closed after %v; so far %q / %q", k.ID, timeout, k.Stdout.String(), k.Stderr.String())
+	}
+}
+
+// cleanup takes the task down the way containerd does, whatever state the test left it in.
+func (k *Task) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if k.Conn != nil {
+		svc := k.Conn.Task
+		if _, err := svc.Kill(ctx, &taskapi.KillRequest{ID: k.ID, Signal: 9, All: true}); err == nil {
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				st, err := svc.State(ctx, &taskapi.StateRequest{ID: k.ID})
+				if err != nil || st.Status == task.Status_STOPPED {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		svc.Delete(ctx, &taskapi.DeleteRequest{ID: k.ID})
+		svc.Shutdown(ctx, &taskapi.ShutdownRequest{ID: k.ID})
+		k.Conn.Close()
+	}
+	if _, err := k.D.DeleteShim(ctx, k.ID); err != nil {
+		k.t.Errorf("shim delete %s: %v", k.ID, err)
+	}
+	if k.ShimPid != 0 {
+		ExpectGone(k.t, k.ShimPid, "shim of "+k.ID)
+	}
+	if k.attached != nil {
+		k.attached.Close()
+	}
+	if k.FIFOs != nil {
+		k.FIFOs.Remove()
+	}
+	if err := k.D.RemoveBundle(k.ID); err != nil {
+		k.t.Errorf("remove bundle: %v", err)
+	}
+}
