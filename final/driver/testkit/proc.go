@@ -137,3 +137,12 @@ func Mounts(t testing.TB, dir string) []string {
 	}
 	return m
 }
+
+// Children lists the pids whose parent is pid.
+func Children(pid int) []int {
+	p, err := driver.ReadProc(pid)
+	if err != nil {
+		return nil
+	}
+	return p.Children
+}

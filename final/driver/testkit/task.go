@@ -5,9 +5,12 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +53,6 @@ type TaskOptions struct {
 // FIFOs read by the test, the shim's start, a ttrpc connection. When the test ends the task is
 // killed, deleted and its shim shut down and deleted; a shim that outlives that fails the test.
 type Task struct {
-	t              testing.TB
 	D              *driver.Driver
 	ID, Bundle     string
 	Conn           *driver.Conn
@@ -59,51 +61,80 @@ type Task struct {
 	Mounts         []*types.Mount // the rootfs mounts the Create request carries
 	Upper          string         // the overlay's upper directory, with Overlay
 	ShimPid        int
+	t              testing.TB // set by NewTask, for the methods that fail the test
 	attached       *driver.Attached
+	scratch        string // overlay upper and work directories
 }
 
-// NewTask prepares task id and starts its shim; it does not Create the task.
+// NewTask prepares task id and starts its shim; it does not Create the task. Everything is
+// taken down when the test ends.
 func NewTask(t testing.TB, d *driver.Driver, id string, o TaskOptions) *Task {
 	t.Helper()
-	k := &Task{t: t, D: d, ID: id}
-	spec := driver.SpecOptions{Args: o.Args, Rootfs: Rootfs(t), Readonly: true}
+	k, err := OpenTask(d, id, Rootfs(t), o)
+	if k != nil {
+		k.t = t
+		t.Cleanup(func() {
+			if err := k.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// OpenTask is NewTask for goroutines that may not call t.Fatal: it returns errors, and the
+// caller closes the task. rootfs is the busybox rootfs (Rootfs). On error, a non-nil task
+// still has to be closed.
+func OpenTask(d *driver.Driver, id, rootfs string, o TaskOptions) (*Task, error) {
+	k := &Task{D: d, ID: id}
+	spec := driver.SpecOptions{Args: o.Args, Rootfs: rootfs, Readonly: true}
 	if o.Overlay {
 		spec.Rootfs, spec.Readonly = "", false
-		scratch := TempDir(t)
+		scratch, err := os.MkdirTemp(filepath.Dir(d.State), "overlay-")
+		if err != nil {
+			return nil, err
+		}
+		k.scratch = scratch
 		k.Upper = filepath.Join(scratch, "upper")
 		work := filepath.Join(scratch, "work")
 		for _, dir := range []string{k.Upper, work} {
 			if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Fatal(err)
+				return k, err
 			}
 		}
 		k.Mounts = []*types.Mount{{
 			Type: "overlay", Source: "overlay",
-			Options: []string{"lowerdir=" + Rootfs(t), "upperdir=" + k.Upper, "workdir=" + work},
+			Options: []string{"lowerdir=" + rootfs, "upperdir=" + k.Upper, "workdir=" + work},
 		}}
 	}
 	bundle, err := d.NewBundle(id, spec)
 	if err != nil {
-		t.Fatal(err)
+		return k, err
 	}
 	k.Bundle = bundle
 	if !o.NullIO {
 		if k.FIFOs, err = d.NewFIFOs(id, false); err != nil {
-			t.Fatal(err)
+			return k, err
 		}
 		if k.attached, err = k.FIFOs.Attach(context.Background(), nil, &k.Stdout, &k.Stderr); err != nil {
-			t.Fatal(err)
+			return k, err
 		}
 	}
-	t.Cleanup(k.cleanup)
-	if _, err := d.StartShim(k.Ctx(), id, nil); err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := d.StartShim(ctx, id, nil); err != nil {
+		return k, err
 	}
-	k.ShimPid = ReadPid(t, filepath.Join(bundle, "shim.pid"))
-	if k.Conn, err = d.Connect(k.Ctx(), id); err != nil {
-		t.Fatal(err)
+	if k.ShimPid, err = driver.ReadPidFile(filepath.Join(bundle, "shim.pid")); err != nil {
+		return k, err
 	}
-	return k
+	if k.Conn, err = d.Connect(ctx, id); err != nil {
+		return k, err
+	}
+	return k, nil
 }
 
 // Ctx is a context for one RPC, bounded so that a hung shim fails the test instead of hanging it.
@@ -181,10 +212,13 @@ func (k *Task) WaitOutput(timeout time.Duration) {
 	}
 }
 
-// cleanup takes the task down the way containerd does, whatever state the test left it in.
-func (k *Task) cleanup() {
+// Close takes the task down the way containerd does, whatever state it is in: kill, wait for
+// the stop, Delete, Shutdown, then the shim's delete action. A shim still alive after that is
+// an error.
+func (k *Task) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var errs []error
 	if k.Conn != nil {
 		svc := k.Conn.Task
 		if _, err := svc.Kill(ctx, &taskapi.KillRequest{ID: k.ID, Signal: 9, All: true}); err == nil {
@@ -201,11 +235,20 @@ func (k *Task) cleanup() {
 		svc.Shutdown(ctx, &taskapi.ShutdownRequest{ID: k.ID})
 		k.Conn.Close()
 	}
-	if _, err := k.D.DeleteShim(ctx, k.ID); err != nil {
-		k.t.Errorf("shim delete %s: %v", k.ID, err)
+	if k.Bundle != "" {
+		if _, err := k.D.DeleteShim(ctx, k.ID); err != nil {
+			errs = append(errs, fmt.Errorf("shim delete %s: %w", k.ID, err))
+		}
 	}
 	if k.ShimPid != 0 {
-		ExpectGone(k.t, k.ShimPid, "shim of "+k.ID)
+		deadline := time.Now().Add(10 * time.Second)
+		for Alive(k.ShimPid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if Alive(k.ShimPid) {
+			syscall.Kill(k.ShimPid, syscall.SIGKILL)
+			errs = append(errs, fmt.Errorf("shim of %s (pid %d) outlived its delete", k.ID, k.ShimPid))
+		}
 	}
 	if k.attached != nil {
 		k.attached.Close()
@@ -213,7 +256,13 @@ func (k *Task) cleanup() {
 	if k.FIFOs != nil {
 		k.FIFOs.Remove()
 	}
-	if err := k.D.RemoveBundle(k.ID); err != nil {
-		k.t.Errorf("remove bundle: %v", err)
+	if k.Bundle != "" {
+		if err := k.D.RemoveBundle(k.ID); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	if k.scratch != "" {
+		os.RemoveAll(k.scratch)
+	}
+	return errors.Join(errs...)
 }
