@@ -33,7 +33,7 @@ type exit struct {
 // ("no child processes") in place of runc's exit status.
 type reaper struct {
 	mu      sync.Mutex
-	waiting map[int]chan runc.Exit // runc commands by pid; guarded by mu
+	waiting map[int]chan runc.Exit  // runc commands by pid; guarded by mu
 	subs    map[*exitQueue]struct{} // guarded by mu
 }
 
