@@ -7,6 +7,7 @@ require (
 	github.com/containerd/fifo v1.1.0
 	github.com/containerd/go-runc v1.2.1
 	github.com/containerd/ttrpc v1.2.10
+	github.com/containerd/typeurl/v2 v2.3.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0

@@ -146,3 +146,15 @@ func Children(pid int) []int {
 	}
 	return p.Children
 }
+
+// Events serves the Events service at the driver's TTRPC_ADDRESS for the rest of the test, in
+// containerd's place, and returns it.
+func Events(t testing.TB, d *driver.Driver) *driver.EventServer {
+	t.Helper()
+	s, err := driver.ListenEvents(d.TTRPCAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

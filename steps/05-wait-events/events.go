@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Task events forwarded to containerd (since step 05). Mirrors containerd v2.4
+// pkg/shim/publisher.go (RemoteEventsPublisher: a queue drained by one goroutine that
+// forwards over ttrpc to TTRPC_ADDRESS and retries with backoff), without its item pool.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	eventsapi "github.com/containerd/containerd/api/services/ttrpc/events/v1"
+	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/ttrpc"
+	"github.com/containerd/typeurl/v2"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Topics of the task events, as containerd names them (core/runtime: TaskCreateEventTopic, ...).
+const (
+	topicCreate = "/tasks/create"
+	topicStart  = "/tasks/start"
+	topicExit   = "/tasks/exit"
+	topicDelete = "/tasks/delete"
+)
+
+// maxAttempts bounds the retries of one event, as containerd's shim does: an event that cannot
+// be forwarded after that is dropped. Step 06 keeps it instead.
+const maxAttempts = 5
+
+// publisher forwards events in the order they were published. publish never blocks: an RPC
+// must not wait for containerd, which may be waiting for that very RPC.
+type publisher struct {
+	address   string
+	namespace string
+	log       *slog.Logger
+
+	mu     sync.Mutex
+	queue  []*types.Envelope // guarded by mu
+	ready  chan struct{}     // a wake-up for run, capacity 1
+	closed bool              // guarded by mu
+	done   chan struct{}     // closed when run returns
+	abort  context.CancelFunc
+	ctx    context.Context // ends run at once, queue or not
+}
+
+func newPublisher(address, namespace string, log *slog.Logger) *publisher {
+	ctx, abort := context.WithCancel(context.Background())
+	return &publisher{
+		address:   strings.TrimPrefix(address, "unix://"),
+		namespace: namespace,
+		log:       log,
+		ready:     make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		ctx:       ctx,
+		abort:     abort,
+	}
+}
+
+// publish queues event for forwarding, stamped with the current time.
+func (p *publisher) publish(topic string, event proto.Message) {
+	any, err := typeurl.MarshalAnyToProto(event)
+	if err != nil {
+		p.log.Error("encode event", "topic", topic, "err", err)
+		return
+	}
+	env := &types.Envelope{Timestamp: timestamppb.Now(), Namespace: p.namespace, Topic: topic, Event: any}
+	p.mu.Lock()
+	if !p.closed {
+		p.queue = append(p.queue, env)
+	}
+	p.mu.Unlock()
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+}
+
+// run forwards queued events until close has been called and the queue is empty. It is the
+// only user of the connection to containerd.
+func (p *publisher) run() {
+	defer close(p.done)
+	var client *ttrpc.Client
+	defer func() {
+		if client != nil {
+			client.Close()
+		}
+	}()
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return
+			}
+			select {
+			case <-p.ready:
+			case <-p.ctx.Done():
+				return
+			}
+			continue
+		}
+		env := p.queue[0]
+		p.mu.Unlock()
+
+		var err error
+		for attempt := 1; attempt <= maxAttempts; attempt++ {
+			if client == nil {
+				client, err = p.dial()
+			}
+			if client != nil {
+				if err = p.forward(client, env); err == nil {
+					break
+				}
+				client.Close()
+				client = nil
+			}
+			p.log.Warn("forward event", "topic", env.Topic, "attempt", attempt, "err", err)
+			if attempt < maxAttempts {
+				select {
+				case <-time.After(time.Duration(attempt*attempt) * 100 * time.Millisecond):
+				case <-p.ctx.Done():
+					return
+				}
+			}
+		}
+		if err != nil {
+			p.log.Error("event dropped", "topic", env.Topic, "err", err)
+		}
+		p.mu.Lock()
+		p.queue = p.queue[1:]
+		p.mu.Unlock()
+	}
+}
+
+func (p *publisher) dial() (*ttrpc.Client, error) {
+	if p.address == "" {
+		return nil, fmt.Errorf("TTRPC_ADDRESS is not set")
+	}
+	conn, err := net.DialTimeout("unix", p.address, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("dial events service: %w", err)
+	}
+	return ttrpc.NewClient(conn), nil
+}
+
+func (p *publisher) forward(client *ttrpc.Client, env *types.Envelope) error {
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	_, err := eventsapi.NewTTRPCEventsClient(client).Forward(ctx, &eventsapi.ForwardRequest{Envelope: env})
+	return err
+}
+
+// close stops taking events and waits, until ctx ends, for the queued ones to be forwarded:
+// the TaskDelete event of the last task must reach containerd before the shim exits.
+func (p *publisher) close(ctx context.Context) {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.log.Warn("events not forwarded at exit", "queued", p.pending())
+		p.abort()
+		<-p.done
+	}
+}
+
+func (p *publisher) pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue)
+}
