@@ -116,7 +116,7 @@ type service struct {
 	log           *slog.Logger
 	shutdown      func()
 
-	events        *publisher
+	events *publisher
 
 	// mu serialises the lifecycle RPCs: a Delete must not run in the middle of a Start.
 	mu   sync.Mutex

@@ -4,9 +4,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
