@@ -153,13 +153,26 @@ func writeAddress(address string) error {
 	}{2, address, "ttrpc"})
 }
 
-// writeFile replaces name in the working directory (the bundle) atomically.
+// writeFile replaces name in the working directory (the bundle) atomically. Neither the
+// temporary file nor name is followed if it is a symlink: rename replaces a link, never its
+// target, and the temporary file is created afresh.
 func writeFile(name, data string) error {
 	tmp := name + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
-	if err := os.Rename(tmp, name); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	_, err = f.WriteString(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", name, err)
 	}
