@@ -92,31 +92,79 @@ so that every step of shimwalk, and the final shim, can be run and watched by ha
 	pf.StringVar(&g.shim, "shim", "", "shim binary (default: containerd-shim-shimwalk-v2 beside shimctl or on PATH)")
 	pf.BoolVar(&g.debug, "debug", false, "start shims with -debug")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(shimCommand(g), taskCommand(g), treeCommand(g))
+	root.AddCommand(shimCommand(g), taskCommand(g), runCommand(g), eventsCommand(g), treeCommand(g))
 	return root
 }
 
-// driver builds the driver the global flags describe.
+// reserved are the names the driver and shimctl use in the state directory beside the
+// namespaces; a namespace of that name would mix its bundles with them.
+var reserved = map[string]bool{"fifo": true, "rootfs": true, "driver.sock": true, "events.sock": true}
+
+// driver builds the driver the global flags describe. Its Shim is empty when no shim binary can
+// be found: only the commands that start a shim need one (see launcher).
 func (g *globals) driver() (*driver.Driver, error) {
-	shim, err := g.shimPath()
-	if err != nil {
-		return nil, err
-	}
 	state, err := filepath.Abs(g.state)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	if err := driver.ValidateID("namespace", g.namespace); err != nil {
 		return nil, usageError{err}
 	}
+	if reserved[g.namespace] {
+		return nil, usageError{fmt.Errorf("namespace %q is reserved: shimctl keeps its own %s in the state directory", g.namespace, g.namespace)}
+	}
+	shim, _ := g.shimPath()
 	d := driver.New(state, g.namespace, shim)
 	d.Debug = g.debug
 	return d, nil
 }
 
+// launcher is driver for the commands that start shims.
+func (g *globals) launcher() (*driver.Driver, error) {
+	if _, err := g.shimPath(); err != nil {
+		return nil, err
+	}
+	return g.driver()
+}
+
+// connect dials the shim of task id, telling a task that does not exist from a shim that does
+// not answer.
+func connect(ctx context.Context, d *driver.Driver, id string) (*driver.Conn, error) {
+	if _, err := os.Stat(d.Bundle(id)); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no task %q in namespace %q of %s", id, d.Namespace, d.State)
+	}
+	c, err := d.Connect(ctx, id)
+	if err != nil {
+		return nil, shimGone{fmt.Errorf("the shim of %s does not answer: %w", id, err)}
+	}
+	return c, nil
+}
+
+// shimGone marks a task whose bundle exists but whose shim cannot be reached.
+type shimGone struct{ error }
+
+func (e shimGone) Unwrap() error { return e.error }
+
+// group makes cmd a parent of subcommands. Bare, it prints its help; cobra would also print
+// help, and exit 0, for an unknown subcommand, which is a usage error.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("unknown command %q for %q", args[0], c.CommandPath())}
+		}
+		return nil
+	}
+	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	return cmd
+}
+
 func (g *globals) shimPath() (string, error) {
 	if g.shim != "" {
-		return filepath.Abs(g.shim)
+		p, err := filepath.Abs(g.shim)
+		if err != nil {
+			return "", fmt.Errorf("shim path: %w", err)
+		}
+		return p, nil
 	}
 	const name = "containerd-shim-shimwalk-v2"
 	if self, err := os.Executable(); err == nil {
@@ -135,6 +183,33 @@ func (g *globals) shimPath() (string, error) {
 func oneID(cmd *cobra.Command, args []string) error {
 	if len(args) != 1 {
 		return usageError{fmt.Errorf("%s takes one task id", cmd.CommandPath())}
+	}
+	if err := driver.ValidateID("id", args[0]); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// noArgs is the argument rule of commands that take none.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
+	}
+	return nil
+}
+
+// idAndCommand is the argument rule of commands that take a task id and, after --, the
+// container's command. The -- is required so that the command's own flags are never read as
+// shimctl's.
+func idAndCommand(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0:
+		return usageError{fmt.Errorf("%s needs the container's command after --: %s", cmd.CommandPath(), cmd.UseLine())}
+	case dash != 1:
+		return usageError{fmt.Errorf("%s takes one task id before --, got %q", cmd.CommandPath(), args[:dash])}
+	case len(args) == dash:
+		return usageError{fmt.Errorf("%s: no command after --", cmd.CommandPath())}
 	}
 	if err := driver.ValidateID("id", args[0]); err != nil {
 		return usageError{err}

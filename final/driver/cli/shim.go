@@ -12,14 +12,19 @@ import (
 )
 
 func shimCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "shim", Short: "Start, shut down and delete shims"}
+	cmd := group(&cobra.Command{
+		Use:   "shim",
+		Short: "Start, shut down and delete shims",
+		Example: `  shimctl --shim bin/containerd-shim-step01-v2 shim start demo
+  shimctl shim delete demo`,
+	})
 	cmd.AddCommand(&cobra.Command{
 		Use:     "start ID",
 		Short:   "Run the shim's start action for task ID, as containerd does",
 		Example: "  shimctl --shim bin/containerd-shim-step01-v2 shim start demo",
 		Args:    oneID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := g.driver()
+			d, err := g.launcher()
 			if err != nil {
 				return err
 			}
@@ -48,6 +53,9 @@ func shimCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if _, err := os.Stat(d.Bundle(args[0])); errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("no task %q in namespace %q of %s", args[0], d.Namespace, d.State)
+			}
 			resp, err := d.DeleteShim(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -69,7 +77,7 @@ func shimCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := d.Connect(cmd.Context(), args[0])
+			c, err := connect(cmd.Context(), d, args[0])
 			if err != nil {
 				return err
 			}
