@@ -19,10 +19,19 @@ func ProcStat(pid int) (driver.Proc, error) {
 	return driver.ReadProc(pid)
 }
 
-// Alive reports whether pid exists and is not a zombie.
+// Alive reports whether pid exists and is not a zombie. The leader of a multi-threaded process
+// turns zombie before its other threads are done exiting, and until they are, its files (a
+// listening socket, say) are still open: such a process counts as alive.
 func Alive(pid int) bool {
 	p, err := driver.ReadProc(pid)
-	return err == nil && p.State != 'Z'
+	if err != nil {
+		return false
+	}
+	if p.State != 'Z' {
+		return true
+	}
+	threads, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	return len(threads) > 1
 }
 
 // ReadPid reads a pid file.

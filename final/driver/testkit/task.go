@@ -235,7 +235,7 @@ func (k *Task) Close() error {
 		svc.Shutdown(ctx, &taskapi.ShutdownRequest{ID: k.ID})
 		k.Conn.Close()
 	}
-	if k.Bundle != "" {
+	if _, err := os.Stat(k.Bundle); k.Bundle != "" && err == nil {
 		if _, err := k.D.DeleteShim(ctx, k.ID); err != nil {
 			errs = append(errs, fmt.Errorf("shim delete %s: %w", k.ID, err))
 		}
@@ -256,7 +256,7 @@ func (k *Task) Close() error {
 	if k.FIFOs != nil {
 		k.FIFOs.Remove()
 	}
-	if k.Bundle != "" {
+	if _, err := os.Stat(k.Bundle); k.Bundle != "" && err == nil {
 		if err := k.D.RemoveBundle(k.ID); err != nil {
 			errs = append(errs, err)
 		}

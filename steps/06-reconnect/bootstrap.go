@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// The two-exec bootstrap (since step 01). `start` opens the socket and re-executes the shim to serve it;
+// `delete` stops that shim (and, since step 06, cleans up after its container). Mirrors Start and Stop in containerd v2.4
+// cmd/containerd-shim-runc-v2/manager/manager_linux.go and the socket helpers in pkg/shim/util_unix.go;
+// unlike containerd, the socket name hashes only namespace and id, under SHIMWALK_SOCKET_DIR.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+const defaultSocketDir = "/run/shimwalk/s"
+
+// socketPath is where the shim for namespace/id listens. The name is a hash so that any id fits
+// within the 108-byte limit of a unix socket path.
+func socketPath(namespace, id string) string {
+	dir := os.Getenv("SHIMWALK_SOCKET_DIR")
+	if dir == "" {
+		dir = defaultSocketDir
+	}
+	sum := sha256.Sum256([]byte(namespace + "/" + id))
+	return filepath.Join(dir, hex.EncodeToString(sum[:]))
+}
+
+// start is the short-lived helper. It must return quickly: containerd waits for its stdout.
+func start(o options) error {
+	path := socketPath(o.namespace, o.id)
+	address := "unix://" + path
+	ln, err := listen(path)
+	if errors.Is(err, unix.EADDRINUSE) {
+		// A shim for this task already serves here: hand containerd the same address.
+		return writeAddress(address)
+	}
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	f, err := ln.File()
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("socket file descriptor: %w", err)
+	}
+	defer f.Close()
+
+	self, err := os.Executable()
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	args := []string{"-namespace", o.namespace, "-id", o.id, "-address", o.address}
+	if o.publishBinary != "" {
+		args = append(args, "-publish-binary", o.publishBinary)
+	}
+	if o.debug {
+		args = append(args, "-debug")
+	}
+	cmd := exec.Command(self, args...)
+	// The long-lived shim inherits the listener as fd 3 and no stdio: containerd reads the helper's
+	// stdout to EOF, which a child holding it open would delay forever.
+	cmd.ExtraFiles = []*os.File{f}
+	// Its own process group keeps a terminal's Ctrl-C, aimed at the caller, away from the shim.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("start long-lived shim: %w", err)
+	}
+	pid := cmd.Process.Pid
+	// The helper exits without waiting for the child; it is re-parented and lives on.
+	_ = cmd.Process.Release()
+
+	if err := writeFile("shim.pid", strconv.Itoa(pid)); err != nil {
+		return err
+	}
+	// containerd 1.6 reads this file when it reconnects to running shims after a restart.
+	if err := writeFile("address", address); err != nil {
+		return err
+	}
+	return writeAddress(address)
+}
+
+// listen creates the socket directory 0700 and the socket 0600. A socket file nobody listens on
+// is a leftover of a dead shim and is replaced; a live one yields EADDRINUSE.
+func listen(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create socket directory: %w", err)
+	}
+	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("restrict socket directory: %w", err)
+	}
+	ln, err := listenUnix(path)
+	if errors.Is(err, unix.EADDRINUSE) {
+		if conn, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
+			conn.Close()
+			return nil, err
+		}
+		if rerr := os.Remove(path); rerr != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", rerr)
+		}
+		ln, err = listenUnix(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+func listenUnix(path string) (*net.UnixListener, error) {
+	// The umask makes the socket 0600 from the moment it exists: a chmod afterwards would leave a
+	// window in which another user could connect.
+	old := unix.Umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	// The long-lived shim owns the socket file; closing our copy must not unlink it.
+	ln.SetUnlinkOnClose(false)
+	return ln, nil
+}
+
+// writeAddress prints the address in the form the caller reads: containerd 1.7 and later set
+// MAX_SHIM_VERSION and read JSON; containerd 1.6 reads nothing but the bare address.
+func writeAddress(address string) error {
+	if os.Getenv("MAX_SHIM_VERSION") == "" {
+		_, err := fmt.Fprint(os.Stdout, address)
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(struct {
+		Version  int    `json:"version"`
+		Address  string `json:"address"`
+		Protocol string `json:"protocol"`
+	}{2, address, "ttrpc"})
+}
+
+// writeFile replaces name in the working directory (the bundle) atomically. Neither the
+// temporary file nor name is followed if it is a symlink: rename replaces a link, never its
+// target, and the temporary file is created afresh.
+func writeFile(name, data string) error {
+	tmp := name + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	_, err = f.WriteString(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// inheritedListener is the socket the helper passed as fd 3.
+func inheritedListener() (*net.UnixListener, error) {
+	f := os.NewFile(3, "shim socket")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("listener on fd 3: %w", err)
+	}
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("fd 3 is a %T, not a unix listener", ln)
+	}
+	return ul, nil
+}
+
+// openLog returns where the long-lived shim logs: the bundle's `log` FIFO that containerd reads,
+// or shim.log in the bundle when nobody created one.
+func openLog(debug bool) (*slog.Logger, *os.File, error) {
+	f, err := openLogFIFO("log")
+	if err != nil {
+		f, err = os.OpenFile("shim.log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open shim.log: %w", err)
+		}
+	}
+	level := slog.LevelInfo
+	if debug {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: level})), f, nil
+}
+
+// openLogFIFO opens the FIFO without blocking: with no reader the open fails with ENXIO instead
+// of hanging the shim, and the shim falls back to a file.
+func openLogFIFO(name string) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(name, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return nil, fmt.Errorf("%s is not a FIFO", name)
+	}
+	fd, err := unix.Open(name, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	// Writes block once the reader is attached, rather than failing with EAGAIN on a full pipe.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// deleteShim is the `delete` action: containerd runs it to clean up after a shim, alive or not.
+// It always succeeds for an unknown id, so that containerd can forget the task.
+func deleteShim(o options) error {
+	bundle := o.bundle
+	if bundle == "" {
+		bundle = "."
+	}
+	pidFile := filepath.Join(bundle, "shim.pid")
+	if pid, err := readPid(pidFile); err == nil && isShim(pid, o.id) {
+		if err := stopProcess(pid, 10*time.Second); err != nil {
+			return fmt.Errorf("stop shim %d: %w", pid, err)
+		}
+	}
+	// The shim is gone; its container may not be.
+	if err := cleanupContainer(o.namespace, o.id, bundle); err != nil {
+		return err
+	}
+	for _, p := range []string{socketPath(o.namespace, o.id), pidFile, filepath.Join(bundle, "address")} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("clean up: %w", err)
+		}
+	}
+	e := recoverExit(bundle)
+	resp := &taskapi.DeleteResponse{Pid: uint32(e.Pid), ExitStatus: uint32(e.ExitStatus), ExitedAt: timestamppb.New(e.ExitedAt)}
+	data, err := proto.Marshal(resp)
+	if err != nil {
+		return fmt.Errorf("marshal delete response: %w", err)
+	}
+	_, err = os.Stdout.Write(data)
+	return err
+}
+
+func readPid(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("bad pid in %s: %q", path, data)
+	}
+	return pid, nil
+}
+
+// isShim guards against a recycled pid: the process must be this binary serving this id.
+func isShim(pid int, id string) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	self, err := os.Executable()
+	if err != nil || filepath.Base(args[0]) != filepath.Base(self) {
+		return false
+	}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-id" && args[i+1] == id {
+			return args[len(args)-1] != "start" && args[len(args)-1] != "delete"
+		}
+	}
+	return false
+}
+
+// stopProcess sends SIGTERM, then SIGKILL after the grace period, and waits until the process is
+// gone. The shim is not our child, so a pidfd is how we learn that it exited.
+func stopProcess(pid int, grace time.Duration) error {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(pidfd)
+	if err := unix.PidfdSendSignal(pidfd, unix.SIGTERM, nil, 0); err != nil {
+		return nil // already gone
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if waitPidfd(ctx, pidfd) {
+		return nil
+	}
+	_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), grace)
+	defer cancel2()
+	if !waitPidfd(ctx2, pidfd) {
+		return fmt.Errorf("still alive after SIGKILL")
+	}
+	return nil
+}
+
+// waitPidfd reports whether the process behind pidfd exited before ctx ended.
+func waitPidfd(ctx context.Context, pidfd int) bool {
+	for {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 100)
+		if err == nil && n > 0 {
+			return true
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return false
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+}

@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+// startShim creates a bundle for id and runs start through the driver, timing the helper.
+func startShim(t *testing.T, d *driver.Driver, id string) (driver.Bootstrap, int, time.Duration) {
+	t.Helper()
+	if _, err := d.CreateBundle(id); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	b, err := d.StartShim(context.Background(), id, nil)
+	took := time.Since(begin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.DeleteShim(context.Background(), id) })
+	return b, testkit.ReadPid(t, filepath.Join(d.Bundle(id), "shim.pid")), took
+}
+
+func TestStartDaemonizes(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	b, pid, took := startShim(t, d, "daemon")
+
+	// The helper returned (StartShim waited for it) and did not wait for the shim it started.
+	if took > time.Second {
+		t.Errorf("start took %v; the helper must not wait for the long-lived shim", took)
+	}
+	if !testkit.Alive(pid) {
+		t.Fatalf("long-lived shim %d is not running", pid)
+	}
+	st, err := testkit.ProcStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PPid == os.Getpid() {
+		t.Errorf("shim's parent is the test process; it should have been re-parented")
+	}
+	if st.Pgid != pid {
+		t.Errorf("shim pgid = %d, want its own pid %d (a process group of its own)", st.Pgid, pid)
+	}
+	if got := shimPidAt(t, b); got != pid {
+		t.Errorf("the address reaches pid %d, want %d", got, pid)
+	}
+	if addr, _ := os.ReadFile(filepath.Join(d.Bundle("daemon"), "address")); string(addr) != b.Address {
+		t.Errorf("address file = %q, want %q", addr, b.Address)
+	}
+}
+
+func TestSocketPermissions(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	b, _, _ := startShim(t, d, "perms")
+	sock, err := os.Lstat(b.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sock.Mode()&os.ModeSocket == 0 || sock.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode = %v, want a socket with 0600", sock.Mode())
+	}
+	dir, err := os.Stat(filepath.Dir(b.SocketPath()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir.Mode().Perm() != 0o700 {
+		t.Errorf("socket directory mode = %v, want 0700", dir.Mode().Perm())
+	}
+	if filepath.Dir(b.SocketPath()) != testkit.SocketDir(d) {
+		t.Errorf("socket %s is not in SHIMWALK_SOCKET_DIR %s", b.SocketPath(), testkit.SocketDir(d))
+	}
+}
+
+func TestSecondStartReusesShim(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	first, pid, _ := startShim(t, d, "twice")
+	second, err := d.StartShim(context.Background(), "twice", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Address != first.Address {
+		t.Errorf("second start returned %s, want %s", second.Address, first.Address)
+	}
+	if got := testkit.ReadPid(t, filepath.Join(d.Bundle("twice"), "shim.pid")); got != pid {
+		t.Errorf("shim.pid changed from %d to %d: a second shim was started", pid, got)
+	}
+	if got := shimPidAt(t, second); got != pid {
+		t.Errorf("the address reaches pid %d, want %d", got, pid)
+	}
+}
+
+func TestStaleSocketIsReplaced(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	b, pid, _ := startShim(t, d, "stale")
+	// Kill the shim without letting it clean up: its socket file stays, with no listener.
+	syscall.Kill(pid, syscall.SIGKILL)
+	testkit.ExpectGone(t, pid, "killed shim")
+	if _, err := os.Lstat(b.SocketPath()); err != nil {
+		t.Fatalf("socket should be left behind by SIGKILL: %v", err)
+	}
+	again, err := d.StartShim(context.Background(), "stale", nil)
+	if err != nil {
+		t.Fatalf("start over a stale socket: %v", err)
+	}
+	newPid := testkit.ReadPid(t, filepath.Join(d.Bundle("stale"), "shim.pid"))
+	if newPid == pid {
+		t.Fatal("no new shim was started")
+	}
+	if got := shimPidAt(t, again); got != newPid {
+		t.Errorf("the address reaches pid %d, want the new shim %d", got, newPid)
+	}
+}
+
+func TestDeleteCleansUp(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	b, pid, _ := startShim(t, d, "gone")
+	resp, err := d.DeleteShim(context.Background(), "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetExitedAt() == nil || resp.GetExitStatus() != 137 {
+		t.Errorf("delete response = %v, want exit status 137 and a time", resp)
+	}
+	// delete waits for the shim: it must be gone when delete returns, not some time later.
+	if testkit.Alive(pid) {
+		t.Errorf("shim %d still running after delete", pid)
+	}
+	for _, p := range []string{b.SocketPath(), filepath.Join(d.Bundle("gone"), "shim.pid")} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind after delete", p)
+		}
+	}
+	// Deleting again, and deleting an id that never existed, still succeeds.
+	if _, err := d.DeleteShim(context.Background(), "gone"); err != nil {
+		t.Errorf("second delete: %v", err)
+	}
+	if _, err := d.CreateBundle("never"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DeleteShim(context.Background(), "never"); err != nil {
+		t.Errorf("delete of an unknown id: %v", err)
+	}
+}
+
+func TestOutputForm(t *testing.T) {
+	t.Parallel()
+	bin := shimBinary(t)
+	dir := testkit.TempDir(t)
+	env := []string{"SHIMWALK_SOCKET_DIR=" + filepath.Join(dir, "s")}
+	args := []string{"-namespace", "test", "-id", "form", "-address", "/none"}
+
+	// containerd 1.6 sets no MAX_SHIM_VERSION and reads the bare address.
+	bare := testkit.Run(t, dir, env, bin, append(args, "start")...)
+	t.Cleanup(func() { testkit.Run(t, dir, env, bin, append(args, "-bundle", dir, "delete")...) })
+	if bare.Code != 0 || !strings.HasPrefix(bare.Stdout, "unix://") || strings.ContainsAny(bare.Stdout, "{\n") {
+		t.Fatalf("start without MAX_SHIM_VERSION printed %q (exit %d, %s)", bare.Stdout, bare.Code, bare.Stderr)
+	}
+	// containerd 1.7 and later read JSON.
+	js := testkit.Run(t, dir, append(env, "MAX_SHIM_VERSION=2"), bin, append(args, "start")...)
+	var reply driver.Bootstrap
+	if err := json.Unmarshal([]byte(js.Stdout), &reply); err != nil {
+		t.Fatalf("start with MAX_SHIM_VERSION printed %q: %v", js.Stdout, err)
+	}
+	if reply != (driver.Bootstrap{Version: 2, Address: bare.Stdout, Protocol: "ttrpc"}) {
+		t.Errorf("JSON reply = %+v, want version 2, ttrpc, %s", reply, bare.Stdout)
+	}
+}
+
+func TestLogDestination(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+
+	// No log FIFO: the shim writes shim.log in the bundle.
+	startShim(t, d, "logfile")
+	testkit.Eventually(t, 5*time.Second, "shim.log has the serving line", func() bool {
+		data, _ := os.ReadFile(filepath.Join(d.Bundle("logfile"), "shim.log"))
+		return strings.Contains(string(data), "msg=serving")
+	})
+
+	// A log FIFO with a reader, as containerd makes it: the shim logs into it instead.
+	bundle, err := d.CreateBundle("logfifo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(bundle, "log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write, so that reads wait for the shim's lines instead of seeing EOF before it opens.
+	r, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := d.StartShim(context.Background(), "logfifo", nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.DeleteShim(context.Background(), "logfifo") })
+	r.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil || !strings.Contains(line, "msg=serving") {
+		t.Errorf("log FIFO gave %q, %v; want the serving line", line, err)
+	}
+	if _, err := os.Stat(filepath.Join(bundle, "shim.log")); !os.IsNotExist(err) {
+		t.Errorf("shim.log written although a log FIFO was there")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	bin := shimBinary(t)
+	long := strings.Repeat("a", 77)
+	cases := []struct {
+		name string
+		args []string
+		want string // in the error line
+	}{
+		{"no id", []string{"-namespace", "test", "start"}, "-id is required"},
+		{"no namespace", []string{"-id", "x", "start"}, "-namespace is required"},
+		{"slash", []string{"-namespace", "test", "-id", "a/b", "start"}, `'/'`},
+		{"dotdot", []string{"-namespace", "test", "-id", "..", "start"}, "must stand between"},
+		{"dotdot inside", []string{"-namespace", "test", "-id", "a..b", "start"}, "must stand between"},
+		{"too long", []string{"-namespace", "test", "-id", long, "start"}, "longer than 76"},
+		{"bad namespace", []string{"-namespace", "../etc", "-id", "x", "start"}, "namespace"},
+		{"unknown action", []string{"-namespace", "test", "-id", "x", "launch"}, `unknown action "launch"`},
+		{"unknown flag", []string{"-namespace", "test", "-id", "x", "-frobnicate", "start"}, "frobnicate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := testkit.TempDir(t)
+			sockDir := filepath.Join(dir, "s")
+			r := testkit.Run(t, dir, []string{"SHIMWALK_SOCKET_DIR=" + sockDir}, bin, tc.args...)
+			if r.Code == 0 {
+				t.Fatalf("exit 0, want failure; stdout %q", r.Stdout)
+			}
+			lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("stderr = %q, want one line containing %q", r.Stderr, tc.want)
+			}
+			if r.Stdout != "" {
+				t.Errorf("stdout = %q, want nothing", r.Stdout)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("bad input created %v", entries)
+			}
+		})
+	}
+}

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+
+	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+// nextEvents reads events n, n+1, ... until it has count of them.
+func nextEvents(t *testing.T, s *driver.EventServer, n, count int) []driver.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []driver.Event
+	for i := n; i < n+count; i++ {
+		e, err := s.Next(ctx, i)
+		if err != nil {
+			t.Fatalf("event %d never arrived (have %s)", i, topics(s.Events()))
+		}
+		got = append(got, e)
+	}
+	return got
+}
+
+func topics(events []driver.Event) string {
+	var names []string
+	for _, e := range events {
+		names = append(names, e.Topic)
+	}
+	return strings.Join(names, " ")
+}
+
+func TestLifecycleEvents(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	events := testkit.Events(t, d)
+	k := testkit.NewTask(t, d, "events", testkit.TaskOptions{Args: []string{"sh", "-c", "exit 4"}, NullIO: true})
+	pid := uint32(k.Run())
+	if _, err := k.Conn.Task.Wait(k.Ctx(), &taskapi.WaitRequest{ID: k.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+		t.Fatal(err)
+	}
+	got := nextEvents(t, events, 0, 4)
+	if s := topics(got); s != "/tasks/create /tasks/start /tasks/exit /tasks/delete" {
+		t.Fatalf("topics = %s", s)
+	}
+	for _, e := range got {
+		if e.Namespace != d.Namespace || e.Timestamp.IsZero() {
+			t.Errorf("%s: namespace %q, time %v", e.Topic, e.Namespace, e.Timestamp)
+		}
+	}
+	create, _ := got[0].Event.(*eventstypes.TaskCreate)
+	start, _ := got[1].Event.(*eventstypes.TaskStart)
+	exit, _ := got[2].Event.(*eventstypes.TaskExit)
+	del, _ := got[3].Event.(*eventstypes.TaskDelete)
+	if create == nil || create.ContainerID != k.ID || create.Pid != pid || create.Bundle != k.Bundle {
+		t.Errorf("TaskCreate = %v", got[0].Event)
+	}
+	if start == nil || start.ContainerID != k.ID || start.Pid != pid {
+		t.Errorf("TaskStart = %v", got[1].Event)
+	}
+	if exit == nil || exit.ContainerID != k.ID || exit.ID != k.ID || exit.Pid != pid || exit.ExitStatus != 4 || exit.ExitedAt == nil {
+		t.Errorf("TaskExit = %v", got[2].Event)
+	}
+	if del == nil || del.ContainerID != k.ID || del.Pid != pid || del.ExitStatus != 4 {
+		t.Errorf("TaskDelete = %v", got[3].Event)
+	}
+}
+
+func TestEarlyExitComesAfterStart(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	events := testkit.Events(t, d)
+	k := testkit.NewTask(t, d, "early", testkit.TaskOptions{Args: []string{"true"}, NullIO: true})
+	const runs = 20
+	for i := 0; i < runs; i++ {
+		k.Run()
+		if _, err := k.Conn.Task.Wait(k.Ctx(), &taskapi.WaitRequest{ID: k.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := nextEvents(t, events, 0, 4*runs)
+	want := strings.TrimSpace(strings.Repeat("/tasks/create /tasks/start /tasks/exit /tasks/delete ", runs))
+	if s := topics(got); s != want {
+		t.Errorf("topics out of order:\n%s", s)
+	}
+}
+
+func TestContainerdRunRm(t *testing.T) {
+	t.Parallel()
+	c := testkit.StartContainerd(t)
+	shim, rootfs := shimBinary(t), testkit.Rootfs(t)
+
+	// ctr events, started first, sees everything that follows.
+	watch := exec.Command("ctr", "--address", c.Address, "events")
+	var seen testkit.Buffer
+	watch.Stdout = &seen
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		watch.Process.Kill()
+		watch.Wait()
+		if t.Failed() {
+			t.Logf("ctr events printed:\n%s", seen.String())
+		}
+	})
+
+	hi := c.Ctr(t, "run", "--rm", "--runtime", shim, "--rootfs", rootfs, "s05-hi", "/bin/echo", "hi")
+	if hi.Code != 0 || hi.Stdout != "hi\n" {
+		t.Errorf("ctr run --rm echo hi: exit %d, stdout %q, stderr %q", hi.Code, hi.Stdout, hi.Stderr)
+	}
+	three := c.Ctr(t, "run", "--rm", "--runtime", shim, "--rootfs", rootfs, "s05-three", "/bin/sh", "-c", "exit 3")
+	if three.Code != 3 {
+		t.Errorf("ctr run --rm sh -c 'exit 3' exited %d (%s)", three.Code, three.Stderr)
+	}
+	for _, id := range []string{"s05-hi", "s05-three"} {
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("ctr events shows the four task topics for %s", id), func() bool {
+			var found []string
+			for _, line := range strings.Split(seen.String(), "\n") {
+				if !strings.Contains(line, `"container_id":"`+id+`"`) {
+					continue
+				}
+				for _, f := range strings.Fields(line) {
+					if strings.HasPrefix(f, "/tasks/") {
+						found = append(found, f)
+					}
+				}
+			}
+			return strings.Join(found, " ") == "/tasks/create /tasks/start /tasks/exit /tasks/delete"
+		})
+		testkit.Eventually(t, 10*time.Second, "step-05 shim left for "+id, func() bool {
+			return len(c.Shims(id)) == 0
+		})
+	}
+
+}
