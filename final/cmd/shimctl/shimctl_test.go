@@ -1,0 +1,506 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	eventsapi "github.com/containerd/containerd/api/services/ttrpc/events/v1"
+	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/ttrpc"
+	"github.com/containerd/typeurl/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
+
+const (
+	step04 = "steps/04-subreaper"
+	step05 = "steps/05-wait-events"
+	// noWaitNote is what run prints when it falls back from Wait to State.
+	noWaitNote = "note: this shim has no Wait (it arrives in step 05); exit status taken from State"
+)
+
+// shimctl drives one private state directory through the built shimctl, with the environment
+// testkit.NewDriver gives its shims. When the test ends it fails the test for any shim process
+// of that state directory still running, and kills it.
+type shimctl struct {
+	t          *testing.T
+	bin, shim  string
+	state      string
+	env        []string
+	sockets    string
+	namespaced string // the bundles' directory
+}
+
+func newShimctl(t *testing.T, step string) *shimctl {
+	t.Helper()
+	testkit.RequireRoot(t)
+	testkit.RequireCommand(t, "runc", "busybox")
+	dir := testkit.TempDir(t)
+	s := &shimctl{
+		t:       t,
+		bin:     testkit.Binary(t, "final/cmd/shimctl"),
+		shim:    testkit.Binary(t, step),
+		state:   filepath.Join(dir, "state"),
+		sockets: filepath.Join(dir, "s"),
+	}
+	s.namespaced = filepath.Join(s.state, "default")
+	s.env = []string{"SHIMWALK_SOCKET_DIR=" + s.sockets, "SHIMWALK_RUNC_ROOT=" + testkit.RuncRoot(t)}
+	// Runs after every task's own cleanup (t.Cleanup is last in, first out), before TempDir's.
+	t.Cleanup(s.checkNoShims)
+	return s
+}
+
+// run runs shimctl with args and returns its result.
+func (s *shimctl) run(args ...string) testkit.Result {
+	s.t.Helper()
+	return testkit.Run(s.t, "", s.env, s.bin, append([]string{"--state", s.state, "--shim", s.shim}, args...)...)
+}
+
+// command is shimctl with args, to be started by the test.
+func (s *shimctl) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(s.bin, append([]string{"--state", s.state, "--shim", s.shim}, args...)...)
+	cmd.Env = append(os.Environ(), s.env...)
+	return cmd
+}
+
+// track takes task id down when the test ends, whatever became of it, as a user would:
+// task kill -s KILL --all, then task delete once the kill has taken effect. The shim must be
+// gone afterwards.
+func (s *shimctl) track(id string) {
+	s.t.Cleanup(func() {
+		bundle := filepath.Join(s.namespaced, id)
+		if _, err := os.Stat(bundle); err != nil {
+			return // deleted by the test
+		}
+		shimPid, _ := strconv.Atoi(strings.TrimSpace(readFile(filepath.Join(bundle, "shim.pid"))))
+		s.run("task", "kill", "-s", "KILL", "--all", id)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r := s.run("task", "delete", id)
+			if r.Code == 0 || !strings.Contains(r.Stderr, "kill it first") || time.Now().After(deadline) {
+				if r.Code != 0 {
+					s.t.Errorf("cleanup: task delete %s: %s", id, r.Stderr)
+				}
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if shimPid > 0 {
+			testkit.ExpectGone(s.t, shimPid, "shim of "+id)
+		}
+	})
+}
+
+// checkNoShims fails the test for every shim started for this state directory that is still
+// running. Shims are recognised by the -address that the driver derives from the state.
+func (s *shimctl) checkNoShims() {
+	address := filepath.Join(s.state, "driver.sock")
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
+		i := slices.Index(args, "-address")
+		if i < 0 || i+1 >= len(args) || args[i+1] != address {
+			continue
+		}
+		if testkit.Alive(pid) {
+			s.t.Errorf("shim %d outlived the test: %s", pid, strings.Join(args, " "))
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// expectNoTask fails the test if anything of task id is left: bundle, FIFOs, runc state.
+func (s *shimctl) expectNoTask(id string) {
+	s.t.Helper()
+	if _, err := os.Stat(filepath.Join(s.namespaced, id)); !errors.Is(err, os.ErrNotExist) {
+		s.t.Errorf("bundle of %s is left: %v", id, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.state, "fifo", id+"-*")); len(left) > 0 {
+		s.t.Errorf("FIFOs of %s are left: %v", id, left)
+	}
+	if slices.Contains(testkit.RuncContainers(s.t, "default"), id) {
+		s.t.Errorf("runc still knows %s", id)
+	}
+}
+
+// status polls task state until it shows want, and returns the line.
+func (s *shimctl) status(id, want string) string {
+	s.t.Helper()
+	var line string
+	testkit.Eventually(s.t, 10*time.Second, fmt.Sprintf("task %s never became %s; last: %q", id, want, line), func() bool {
+		r := s.run("task", "state", id)
+		line = r.Stdout
+		return r.Code == 0 && strings.HasPrefix(line, id+" "+want+" ")
+	})
+	return line
+}
+
+// background starts shimctl with args and stops it with SIGKILL when the test ends, if it is
+// still running. Its stdout and stderr are collected.
+type background struct {
+	cmd            *exec.Cmd
+	stdout, stderr testkit.Buffer
+	done           chan struct{} // closed when cmd has been waited for
+	err            error         // of Wait; read after done
+}
+
+func (s *shimctl) background(args ...string) *background {
+	s.t.Helper()
+	b := &background{cmd: s.command(args...), done: make(chan struct{})}
+	b.cmd.Stdout, b.cmd.Stderr = &b.stdout, &b.stderr
+	if err := b.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() {
+		// Owned by the test: ends when the process does; the cleanup below makes sure it does.
+		b.err = b.cmd.Wait()
+		close(b.done)
+	}()
+	s.t.Cleanup(func() {
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	})
+	return b
+}
+
+// exit waits for the process to end after sig and returns its exit code.
+func (b *background) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	if err := b.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not end after %v; stderr %q", b.cmd.Args, sig, b.stderr.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(b.err, &ee) {
+		return ee.ExitCode()
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return 0
+}
+
+// oneLine fails the test unless stderr is a single "shimctl: " line containing want.
+func oneLine(t *testing.T, what, stderr, want string) {
+	t.Helper()
+	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "shimctl: ") || !strings.Contains(stderr, want) {
+		t.Errorf("%s: stderr %q, want one line with %q", what, stderr, want)
+	}
+}
+
+func readFile(path string) string {
+	data, _ := os.ReadFile(path)
+	return string(data)
+}
+
+func TestRunRmFallsBackWithoutWait(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step04)
+	s.track("rm")
+	// No --rootfs: the busybox rootfs of the state directory is built on the way.
+	r := s.run("run", "--rm", "rm", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if r.Code != 3 {
+		t.Errorf("run: exit code %d, want the container's 3; stderr %q", r.Code, r.Stderr)
+	}
+	if r.Stdout != "out\n" {
+		t.Errorf("stdout %q, want the container's \"out\\n\"", r.Stdout)
+	}
+	for _, want := range []string{"err\n", noWaitNote + "\n", "note: building a busybox rootfs"} {
+		if strings.Count(r.Stderr, want) != 1 {
+			t.Errorf("stderr %q, want %q once", r.Stderr, want)
+		}
+	}
+	s.expectNoTask("rm")
+	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
+		t.Errorf("the namespace still holds %v", left)
+	}
+}
+
+func TestDetachedTaskOnStep04(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step04)
+	s.track("det")
+	r := s.run("run", "-d", "--rootfs", testkit.Rootfs(t), "det", "--", "sleep", "100")
+	pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if r.Code != 0 || err != nil {
+		t.Fatalf("run -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "det", "shim.pid"))
+	if line := s.status("det", "RUNNING"); !strings.Contains(line, fmt.Sprintf(" pid %d ", pid)) {
+		t.Errorf("task state: %q, want pid %d", line, pid)
+	}
+
+	// Step 04 is a subreaper: the container's init is the shim's child.
+	r = s.run("tree", "det")
+	found := false
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == strconv.Itoa(pid) {
+			found = f[1] == strconv.Itoa(shimPid)
+		}
+	}
+	if r.Code != 0 || !found {
+		t.Errorf("tree: container %d is not shown under the shim %d:\n%s%s", pid, shimPid, r.Stdout, r.Stderr)
+	}
+
+	if r := s.run("task", "kill", "-s", "KILL", "det"); r.Code != 0 {
+		t.Fatalf("task kill: exit %d: %s", r.Code, r.Stderr)
+	}
+	r = s.run("task", "wait", "det")
+	if r.Code != 1 {
+		t.Errorf("task wait on step 04: exit %d, want 1", r.Code)
+	}
+	oneLine(t, "task wait on step 04", r.Stderr, "does not implement that call: Wait")
+	s.status("det", "STOPPED")
+	r = s.run("task", "delete", "det")
+	if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("pid %d, exit status 137", pid)) {
+		t.Errorf("task delete: exit %d, stdout %q, stderr %q; want pid %d, exit status 137", r.Code, r.Stdout, r.Stderr, pid)
+	}
+	testkit.ExpectGone(t, shimPid, "shim")
+	testkit.ExpectGone(t, pid, "container")
+	s.expectNoTask("det")
+}
+
+func TestCreateStartDelete(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step04)
+	rootfs := testkit.Rootfs(t)
+
+	t.Run("started", func(t *testing.T) {
+		s := *s
+		s.t = t
+		s.track("ct")
+		// sh is PID 1 of the container: only a trapped TERM reaches it.
+		r := s.run("task", "create", "--rootfs", rootfs, "ct", "--", "sh", "-c", `trap "exit 4" TERM; while :; do sleep 0.1; done`)
+		pid := strings.TrimSpace(r.Stdout)
+		if r.Code != 0 || pid == "" {
+			t.Fatalf("task create: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+		}
+		s.status("ct", "CREATED")
+		if r := s.run("task", "start", "ct"); r.Code != 0 || strings.TrimSpace(r.Stdout) != pid {
+			t.Fatalf("task start: exit %d, stdout %q (want %s), stderr %q", r.Code, r.Stdout, pid, r.Stderr)
+		}
+		s.status("ct", "RUNNING")
+		if r := s.run("task", "kill", "-s", "sigterm", "ct"); r.Code != 0 {
+			t.Fatalf("task kill -s sigterm: exit %d: %s", r.Code, r.Stderr)
+		}
+		if line := s.status("ct", "STOPPED"); !strings.Contains(line, " exit 4 ") {
+			t.Errorf("task state: %q, want exit 4", line)
+		}
+		if r := s.run("task", "delete", "ct"); r.Code != 0 || !strings.Contains(r.Stdout, "exit status 4") {
+			t.Errorf("task delete: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+		}
+		s.expectNoTask("ct")
+	})
+
+	t.Run("never started", func(t *testing.T) {
+		s := *s
+		s.t = t
+		s.track("never")
+		r := s.run("task", "create", "--rootfs", rootfs, "never", "--", "sleep", "100")
+		pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+		if r.Code != 0 || err != nil {
+			t.Fatalf("task create: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+		}
+		shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "never", "shim.pid"))
+		if r := s.run("task", "delete", "never"); r.Code != 0 {
+			t.Errorf("task delete of a created task: exit %d, stderr %q", r.Code, r.Stderr)
+		}
+		testkit.ExpectGone(t, pid, "the created container's init")
+		testkit.ExpectGone(t, shimPid, "shim")
+		s.expectNoTask("never")
+	})
+}
+
+func TestUsageAndUnknownTasks(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step04)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // in the one line on stderr
+	}{
+		{[]string{"task", "create", "x", "sleep", "1"}, 2, "after --"},
+		{[]string{"task", "create", "x", "--"}, 2, "no command after --"},
+		{[]string{"task", "create", "../x", "--", "true"}, 2, `id "../x"`},
+		{[]string{"run", "../x", "--", "true"}, 2, `id "../x"`},
+		{[]string{"run", "-d", "--rm", "x", "--", "true"}, 2, "-d and --rm"},
+		{[]string{"task", "kill", "-s", "BOGUS", "x"}, 2, `unknown signal "BOGUS"`},
+		{[]string{"task", "bogus"}, 2, `unknown command "bogus"`},
+		{[]string{"task", "state", "a", "b"}, 2, "takes one task id"},
+		{[]string{"task", "state", "nosuch"}, 1, `no task "nosuch"`},
+		{[]string{"task", "delete", "nosuch"}, 1, `no task "nosuch"`},
+		{[]string{"task", "wait", "nosuch"}, 1, `no task "nosuch"`},
+	} {
+		r := s.run(tc.args...)
+		if r.Code != tc.code {
+			t.Errorf("shimctl %s: exit %d, want %d", strings.Join(tc.args, " "), r.Code, tc.code)
+		}
+		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
+	}
+	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
+		t.Errorf("refused commands left %v behind", left)
+	}
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step04)
+	s.track("sig")
+	b := s.background("run", "--rm", "--rootfs", testkit.Rootfs(t), "sig", "--",
+		"sh", "-c", `trap "echo got TERM; exit 7" TERM; echo ready; while :; do sleep 0.1; done`)
+	testkit.Eventually(t, 20*time.Second, "the container never said ready", func() bool {
+		return strings.Contains(b.stdout.String(), "ready\n")
+	})
+	if code := b.stop(t, syscall.SIGTERM); code != 7 {
+		t.Errorf("run: exit %d, want the container's 7; stderr %q", code, b.stderr.String())
+	}
+	if !strings.Contains(b.stdout.String(), "got TERM\n") {
+		t.Errorf("stdout %q: the container did not get SIGTERM", b.stdout.String())
+	}
+	s.expectNoTask("sig")
+}
+
+// TestEventsPrintsForwardedEvents plays a shim towards `shimctl events --json`: it forwards an
+// event the way a step 05 shim does.
+func TestEventsPrintsForwardedEvents(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step04)
+	b := s.background("events", "--json")
+	sock := filepath.Join(s.state, "events.sock")
+	testkit.Eventually(t, 10*time.Second, "events never listened at "+sock, func() bool {
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+	if r := s.run("events"); r.Code != 1 {
+		t.Errorf("a second events: exit %d, want 1", r.Code)
+	} else {
+		oneLine(t, "a second events", r.Stderr, "serves "+sock+" already")
+	}
+
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := ttrpc.NewClient(conn)
+	defer client.Close()
+	event, err := typeurl.MarshalAnyToProto(&eventstypes.TaskExit{ContainerID: "fake", ID: "fake", Pid: 42, ExitStatus: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	env := &types.Envelope{Timestamp: timestamppb.Now(), Namespace: "default", Topic: "/tasks/exit", Event: event}
+	if _, err := eventsapi.NewTTRPCEventsClient(client).Forward(ctx, &eventsapi.ForwardRequest{Envelope: env}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the event was not printed", func() bool {
+		return strings.Count(b.stdout.String(), "\n") == 1
+	})
+	var got struct {
+		Namespace, Topic, Type string
+		Event                  struct {
+			ContainerID string `json:"container_id"`
+			Pid         int
+			ExitStatus  int `json:"exit_status"`
+		}
+	}
+	if err := json.Unmarshal([]byte(b.stdout.String()), &got); err != nil {
+		t.Fatalf("events --json printed %q: %v", b.stdout.String(), err)
+	}
+	if got.Namespace != "default" || got.Topic != "/tasks/exit" || got.Type != "containerd.events.TaskExit" ||
+		got.Event.ContainerID != "fake" || got.Event.Pid != 42 || got.Event.ExitStatus != 9 {
+		t.Errorf("events --json printed %q", b.stdout.String())
+	}
+	if code := b.stop(t, syscall.SIGINT); code != 0 {
+		t.Errorf("events after SIGINT: exit %d, want 0; stderr %q", code, b.stderr.String())
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("events left its socket: %v", err)
+	}
+}
+
+func TestRunWaitsAndEventsFollowOnStep05(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(testkit.RepoRoot(t), step05)); errors.Is(err, os.ErrNotExist) {
+		t.Skip("steps/05-wait-events not built yet")
+	}
+	t.Parallel()
+	s := newShimctl(t, step05)
+	rootfs := testkit.Rootfs(t)
+	ev := s.background("events")
+	testkit.Eventually(t, 10*time.Second, "events never listened", func() bool {
+		return strings.Contains(ev.stderr.String(), "serving events at")
+	})
+
+	s.track("ev")
+	r := s.run("run", "--rm", "--rootfs", rootfs, "ev", "--", "sh", "-c", "echo hi; exit 2")
+	if r.Code != 2 || r.Stdout != "hi\n" {
+		t.Errorf("run: exit %d, stdout %q; want 2 and \"hi\\n\"; stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	if strings.Contains(r.Stderr, "note:") {
+		t.Errorf("run against a shim with Wait fell back: stderr %q", r.Stderr)
+	}
+	s.expectNoTask("ev")
+
+	topics := []string{"/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"}
+	var lines []string
+	testkit.Eventually(t, 10*time.Second, "not every event of ev arrived", func() bool {
+		lines = nil
+		for _, l := range strings.Split(ev.stdout.String(), "\n") {
+			if strings.Contains(l, " container=ev ") {
+				lines = append(lines, l)
+			}
+		}
+		return len(lines) >= len(topics)
+	})
+	for i, topic := range topics {
+		if f := strings.Fields(lines[i]); len(f) < 3 || f[1] != "default" || f[2] != topic {
+			t.Errorf("event %d is %q, want %s in namespace default", i, lines[i], topic)
+		}
+	}
+	if !strings.Contains(lines[2], " exit_status=2 ") {
+		t.Errorf("exit event %q, want exit_status=2", lines[2])
+	}
+
+	// task wait on a shim that has Wait: it returns the status, and exits with it.
+	s.track("w")
+	if r := s.run("run", "-d", "--rootfs", rootfs, "w", "--", "sh", "-c", "exit 6"); r.Code != 0 {
+		t.Fatalf("run -d: exit %d: %s", r.Code, r.Stderr)
+	}
+	r = s.run("task", "wait", "w")
+	if r.Code != 6 || !strings.HasPrefix(r.Stdout, "exit status 6 at ") {
+		t.Errorf("task wait: exit %d, stdout %q, stderr %q; want 6", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := s.run("task", "delete", "w"); r.Code != 0 || !strings.Contains(r.Stdout, "exit status 6") {
+		t.Errorf("task delete: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+
+	if code := ev.stop(t, syscall.SIGINT); code != 0 {
+		t.Errorf("events after SIGINT: exit %d; stderr %q", code, ev.stderr.String())
+	}
+}
