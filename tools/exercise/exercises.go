@@ -91,6 +91,128 @@ var exercises = []Exercise{
 			"would still leave a window in which another user could connect.",
 		Anchor: "exercise-013-a-socket-anyone-can-connect-to",
 	},
+	{
+		// README heading: "### Exercise 02.1: answer Connect and State"
+		ID:    "02.1",
+		Step:  "02-ttrpc",
+		Kind:  Build,
+		Title: "write Connect, State and checkID: the first RPCs a caller makes",
+		Funcs: []string{"service.Connect", "service.State", "service.checkID"},
+		Check: "TestConnectAndState",
+		Hint: "Connect answers with the shim's own pid and a version string. checkID tells an empty id " +
+			"(InvalidArgument) from someone else's (NotFound); State checks the id, then says NotFound " +
+			"because nothing has been created yet. Errors are status.Error values with codes.",
+		Anchor: "exercise-021-answer-connect-and-state",
+	},
+	{
+		// README heading: "### Exercise 02.2: serve the Task service on fd 3"
+		ID:    "02.2",
+		Step:  "02-ttrpc",
+		Kind:  Build,
+		Title: "write serve: a ttrpc server on the inherited listener, stopped by a signal or Shutdown",
+		Funcs: []string{"serve"},
+		Check: "TestShutdown",
+		Hint: "Open the log, take the listener from inheritedListener, build a ttrpc server with the " +
+			"same-user handshaker and s.intercept, register the service, run Serve in a goroutine, then " +
+			"wait for SIGTERM/SIGINT or the cancel that Shutdown calls; shut the server down with a grace " +
+			"period and remove the socket file.",
+		Anchor: "exercise-022-serve-the-task-service-on-fd-3",
+	},
+	{
+		// README heading: "### Exercise 02.3: let any local user in"
+		ID:    "02.3",
+		Step:  "02-ttrpc",
+		Kind:  Break,
+		Title: "serve without the peer-credential handshaker",
+		Edit: &Edit{
+			File: "service.go",
+			Old:  "ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),",
+			New:  "// ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),",
+		},
+		Check: "TestOtherUserIsRefused",
+		Hint: "The test loosens the socket's file modes on purpose. Predict what user nobody gets from " +
+			"Connect once only the file modes stood in its way, and what it could then call.",
+		Anchor: "exercise-023-let-any-local-user-in",
+	},
+	{
+		// README heading: "### Exercise 02.4: a Shutdown that only says yes"
+		ID:    "02.4",
+		Step:  "02-ttrpc",
+		Kind:  Break,
+		Title: "answer Shutdown without stopping the server",
+		Edit: &Edit{
+			File: "service.go",
+			Old:  "\ts.shutdown()\n",
+			New:  "\t// s.shutdown()\n",
+		},
+		Check: "TestShutdown",
+		Hint: "Predict what the caller sees (the reply) and what it does not (the process), then which " +
+			"of TestShutdown's two checks fails and why the socket file outlives the shim.",
+		Anchor: "exercise-024-a-shutdown-that-only-says-yes",
+	},
+	{
+		// README heading: "### Exercise 03.1: create the container"
+		ID:    "03.1",
+		Step:  "03-runc-create",
+		Kind:  Build,
+		Title: "write createInit: mount the rootfs, wire stdio, runc create with a pid file",
+		Funcs: []string{"createInit"},
+		Check: "TestOverlayRootfs",
+		Hint: "Mount r.Rootfs on <bundle>/rootfs with mountRootfs when there are mounts, make the pipes " +
+			"with newStdio, run p.runtime.Create with a PidFile in the bundle, read the pid back; on " +
+			"any failure undo what was done (runc delete --force, close stdio, unmountAll).",
+		Anchor: "exercise-031-create-the-container",
+	},
+	{
+		// README heading: "### Exercise 03.2: pipes for runc, FIFOs for containerd"
+		ID:    "03.2",
+		Step:  "03-runc-create",
+		Kind:  Build,
+		Title: "write newStdio: pipes for runc, copied into the FIFOs named in the request",
+		Funcs: []string{"newStdio"},
+		Check: "TestOutputReachesFIFOs",
+		Hint: "runc.NewPipeIO makes the pipes; open each output FIFO read-write so the open cannot " +
+			"block, and copy pipe to FIFO in a goroutine counted in s.wg that closes the FIFO at EOF. " +
+			"No paths at all means runc.NewNullIO.",
+		Anchor: "exercise-032-pipes-for-runc-fifos-for-containerd",
+	},
+	{
+		// README heading: "### Exercise 03.3: keep the container's ends of the pipes"
+		ID:    "03.3",
+		Step:  "03-runc-create",
+		Kind:  Break,
+		Title: "CloseAfterStart that closes nothing",
+		Edit: &Edit{
+			File: "stdio.go",
+			Old: "\tif c, ok := s.IO.(runc.StartCloser); ok {\n" +
+				"\t\treturn c.CloseAfterStart()\n" +
+				"\t}\n" +
+				"\treturn nil\n",
+			New: "\treturn nil\n",
+		},
+		Check: "TestOutputReachesFIFOs",
+		Hint: "The container prints and exits. Predict whether its output arrives, and whether the " +
+			"reader ever sees the end of it: who else still holds the write end of each pipe?",
+		Anchor: "exercise-033-keep-the-containers-ends-of-the-pipes",
+	},
+	{
+		// README heading: "### Exercise 03.4: exit status 1 and nothing more"
+		ID:    "03.4",
+		Step:  "03-runc-create",
+		Kind:  Break,
+		Title: "report runc's exit status instead of its logged error",
+		Edit: &Edit{
+			File: "runc.go",
+			Old: "\tif msg := lastRuncError(p.runtime.Log); msg != \"\" {\n" +
+				"\t\treturn fmt.Errorf(\"%s: %s\", what, msg)\n" +
+				"\t}\n",
+			New: "",
+		},
+		Check: "TestCreateFailureCarriesRuncsMessage",
+		Hint: "Predict the message containerd (and ctr) would show for a container whose command does " +
+			"not exist, then find where runc wrote the real reason in the bundle.",
+		Anchor: "exercise-034-exit-status-1-and-nothing-more",
+	},
 }
 
 // lookup returns the exercise with the given id.
