@@ -33,6 +33,8 @@ type Driver struct {
 	// Env is added to the environment of every shim invocation (SHIMWALK_SOCKET_DIR, for one).
 	Env   []string
 	Debug bool
+	// CgroupParent is where NewBundle puts containers' cgroups: CgroupParent/namespace/id.
+	CgroupParent string
 }
 
 // New returns a driver for state and namespace that launches shim.
@@ -43,6 +45,7 @@ func New(state, namespace, shim string) *Driver {
 		Shim:         shim,
 		Address:      filepath.Join(state, "driver.sock"),
 		TTRPCAddress: filepath.Join(state, "events.sock"),
+		CgroupParent: "/shimwalk",
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -21,7 +22,7 @@ type SpecOptions struct {
 	// mounts there.
 	Rootfs   string
 	Readonly bool
-	// CgroupsPath defaults to /shimwalk/<namespace>/<id>.
+	// CgroupsPath defaults to <Driver.CgroupParent>/<namespace>/<id>.
 	CgroupsPath string
 }
 
@@ -108,6 +109,9 @@ func (d *Driver) NewBundle(id string, o SpecOptions) (string, error) {
 		if err := os.Mkdir(filepath.Join(bundle, "rootfs"), 0o711); err != nil {
 			return "", fmt.Errorf("create rootfs directory: %w", err)
 		}
+	}
+	if o.CgroupsPath == "" {
+		o.CgroupsPath = path.Join(d.CgroupParent, d.Namespace, id)
 	}
 	if err := WriteSpec(bundle, DefaultSpec(d.Namespace, id, o)); err != nil {
 		return "", err

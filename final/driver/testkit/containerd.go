@@ -55,8 +55,10 @@ func StartContainerd(t testing.TB) *Containerd {
 		TTRPCAddress: filepath.Join(dir, "c.sock.ttrpc"),
 		SocketDir:    filepath.Join(dir, "s"),
 		RuncRoot:     RuncRoot(t),
-		Namespace:    "shimwalk-test",
-		Binary:       bin,
+		// ctr puts containers in the cgroup /<namespace>/<id>, which test processes running
+		// side by side would otherwise share.
+		Namespace: fmt.Sprintf("shimwalk-test-%d", os.Getpid()),
+		Binary:    bin,
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		t.Fatal(err)

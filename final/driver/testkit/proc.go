@@ -70,6 +70,8 @@ func NewDriver(t testing.TB, shim string) *driver.Driver {
 	t.Helper()
 	dir := TempDir(t)
 	d := driver.New(filepath.Join(dir, "state"), "test", shim)
+	// Cgroups are global: test processes running side by side must not share a path.
+	d.CgroupParent = "/shimwalk-test/" + filepath.Base(WorkDir(t))
 	d.Env = []string{
 		"SHIMWALK_SOCKET_DIR=" + filepath.Join(dir, "s"),
 		"SHIMWALK_RUNC_ROOT=" + RuncRoot(t),

@@ -39,6 +39,7 @@ func Main(m *testing.M) int {
 	workDir = dir
 	code := m.Run()
 	stopContainerd()
+	removeCgroups("shimwalk-test/"+filepath.Base(dir), fmt.Sprintf("shimwalk-test-%d", os.Getpid()))
 	if err := os.RemoveAll(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "testkit: clean up:", err)
 	}
@@ -204,5 +205,27 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 			t.Fatalf("after %v: %s", timeout, msg)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeCgroups removes the (by now empty) cgroup directories the test process's containers
+// were put in, below each hierarchy's root, deepest first.
+func removeCgroups(paths ...string) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, root := range roots {
+		for _, p := range paths {
+			var dirs []string
+			filepath.WalkDir(filepath.Join(root, p), func(path string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, path)
+				}
+				return nil
+			})
+			for i := len(dirs) - 1; i >= 0; i-- {
+				os.Remove(dirs[i])
+			}
+		}
+		os.Remove(filepath.Join(root, "shimwalk-test")) // fails while another test process uses it
 	}
 }
