@@ -62,7 +62,8 @@ type Attached struct {
 }
 
 // Attach opens the FIFOs and copies stdout and stderr into the given writers, and stdin from
-// the given reader when there is one, until the shim closes its ends. It does not block on a
+// the given reader when there is one (else stdin is left for OpenStdin), until the shim closes
+// its ends. It does not block on a
 // shim that has not opened its side yet.
 func (f *FIFOs) Attach(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (*Attached, error) {
 	a := &Attached{}
@@ -90,25 +91,31 @@ func (f *FIFOs) Attach(ctx context.Context, stdin io.Reader, stdout, stderr io.W
 			io.Copy(w, r)
 		}()
 	}
-	if f.Stdin != "" {
-		w, err := fifo.OpenFifo(ctx, f.Stdin, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if f.Stdin != "" && stdin != nil {
+		w, err := f.OpenStdin(ctx)
 		if err != nil {
 			a.Close()
-			return nil, fmt.Errorf("open stdin: %w", err)
+			return nil, err
 		}
 		a.stdin = w
 		a.closers = append(a.closers, w)
-		if stdin != nil {
+		go func() {
 			// Not counted in wg: a terminal's stdin may never end. Closing a ends it.
-			go func() {
-				io.Copy(w, stdin)
-				w.Close()
-			}()
-		} else {
+			io.Copy(w, stdin)
 			w.Close()
-		}
+		}()
 	}
 	return a, nil
+}
+
+// OpenStdin opens the writing end of the stdin FIFO without waiting for the shim to open its
+// end; writes wait for it. Closing it is the task's end of input.
+func (f *FIFOs) OpenStdin(ctx context.Context) (io.WriteCloser, error) {
+	w, err := fifo.OpenFifo(ctx, f.Stdin, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open stdin: %w", err)
+	}
+	return w, nil
 }
 
 // Wait blocks until stdout and stderr reached EOF: everything the task wrote has been copied.

@@ -151,9 +151,11 @@ func TestGarbageDoesNotKillTheShim(t *testing.T) {
 		t.Errorf("after garbage, Connect answered pid %d, want %d", got, pid)
 	}
 	// A well-framed call whose body is not the request message is InvalidArgument.
-	c := dial(t, b)
-	_, err := c.Task.State(rpcContext(t), &taskapi.StateRequest{ID: strings.Repeat("x", 100)})
-	if driver.Code(err) != codes.NotFound {
-		t.Errorf("State after garbage: %v", err)
+	code, msg := testkit.RawCall(t, b.SocketPath(), "containerd.task.v2.Task", "State", []byte{0xff, 0xff, 0xff})
+	if code != codes.InvalidArgument || !strings.Contains(msg, "malformed request") {
+		t.Errorf("State with a malformed body: %v %q, want InvalidArgument", code, msg)
+	}
+	if got := shimPidAt(t, b); got != pid {
+		t.Errorf("after a malformed request, Connect answered pid %d, want %d", got, pid)
 	}
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // The container's init process, driven through the runc CLI (since step 03). Mirrors containerd
-// v2.4 pkg/process/init.go (Create, Start, Kill, Delete, runtimeError) and
+// v2.4 cmd/containerd-shim-runc-v2/process/init.go (Create, Start, Kill, Delete, runtimeError) and
 // cmd/containerd-shim-runc-v2/runc/container.go NewContainer, without the state machine that
 // final/ adds: runc's own state answers what the shim cannot know yet.
 package main
@@ -73,7 +73,7 @@ func createInit(ctx context.Context, namespace string, r *taskapi.CreateTaskRequ
 			}
 		}()
 	}
-	p.io, err = newStdio(ctx, r.Stdin, r.Stdout, r.Stderr)
+	p.io, err = newStdio(r.Stdin, r.Stdout, r.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,9 @@ func (p *initProcess) status(ctx context.Context) (task.Status, error) {
 // delete removes the container from runc, waits for its output to be delivered and unmounts
 // the rootfs. The container must have stopped (or never started).
 func (p *initProcess) delete(ctx context.Context) error {
-	if err := p.runtime.Delete(ctx, p.id, nil); err != nil {
+	// A container runc no longer knows (deleted by hand, say) is as deleted as can be; failing
+	// here would leave a task that can never be removed.
+	if err := p.runtime.Delete(ctx, p.id, nil); err != nil && !strings.Contains(lastRuncError(p.runtime.Log)+err.Error(), "does not exist") {
 		return p.runtimeError(err, "runc delete")
 	}
 	// Every process of the container is gone, so the pipes are at EOF; the bound only guards

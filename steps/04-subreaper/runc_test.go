@@ -31,6 +31,17 @@ func TestOutputReachesFIFOs(t *testing.T) {
 	}
 }
 
+func TestStdinReachesTheContainer(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "stdin", testkit.TaskOptions{Args: []string{"sh", "-c", "read line; echo got $line"}, Stdin: "hello\n"})
+	k.Run()
+	k.WaitOutput(20 * time.Second)
+	if got := k.Stdout.String(); got != "got hello\n" {
+		t.Errorf("stdout = %q, want %q", got, "got hello\n")
+	}
+}
+
 // assertNothingLeft checks what a deleted task must not leave: runc state, mounts in the bundle,
 // or a FIFO the shim still holds.
 func assertNothingLeft(t *testing.T, k *testkit.Task) {

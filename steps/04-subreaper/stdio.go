@@ -2,7 +2,7 @@
 
 // Container stdio over FIFOs (since step 03): runc gets pipes, and the shim copies between the
 // pipes and the FIFOs containerd named in the request. Mirrors containerd v2.4
-// pkg/process/io.go createIO and copyPipes; FIFOs only, binary:// and file:// come in final.
+// cmd/containerd-shim-runc-v2/process/io.go createIO and copyPipes; FIFOs only, binary:// and file:// come in final.
 package main
 
 import (
@@ -30,7 +30,7 @@ type stdio struct {
 // newStdio creates the pipes for a process and starts copying between them and the FIFOs at
 // the given paths. An empty path means /dev/null. Copies of output end when every process
 // holding the pipe's write end has exited; stdin's ends when the writer closes or on close.
-func newStdio(ctx context.Context, stdinPath, stdoutPath, stderrPath string) (*stdio, error) {
+func newStdio(stdinPath, stdoutPath, stderrPath string) (*stdio, error) {
 	for _, p := range []string{stdinPath, stdoutPath, stderrPath} {
 		if strings.Contains(p, "://") {
 			return nil, fmt.Errorf("stdio %q: only FIFO paths are supported in this step (binary:// and file:// come in final)", p)
@@ -82,7 +82,9 @@ func newStdio(ctx context.Context, stdinPath, stdoutPath, stderrPath string) (*s
 		}(out.r)
 	}
 	if stdinPath != "" {
-		in, err := fifo.OpenFifo(ctx, stdinPath, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+		// Not the request's context: the writer may open its end after Create has returned, and
+		// the fifo package gives up on an open whose context has ended.
+		in, err := fifo.OpenFifo(context.Background(), stdinPath, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("open %s: %w", stdinPath, err)

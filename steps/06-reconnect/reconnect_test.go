@@ -43,9 +43,8 @@ func waitExitJSON(t *testing.T, bundle string) exitRecord {
 
 // sameDriver is a second driver on d's state, as a restarted containerd would be.
 func sameDriver(d *driver.Driver) *driver.Driver {
-	d2 := driver.New(d.State, d.Namespace, d.Shim)
-	d2.Env = d.Env
-	return d2
+	d2 := *d
+	return &d2
 }
 
 func TestReconnectFindsRunningTask(t *testing.T) {

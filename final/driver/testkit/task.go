@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,6 +48,9 @@ type TaskOptions struct {
 	// rootfs is the spec's root, read-only, with no mounts.
 	Overlay bool
 	NullIO  bool // no stdio FIFOs
+	// Stdin is written to the task's stdin FIFO, which is opened only after Create returned:
+	// the shim must not depend on the writer being there first.
+	Stdin string
 }
 
 // Task is one container driven through a shim exactly as containerd would: a bundle, stdio
@@ -61,6 +65,8 @@ type Task struct {
 	Mounts         []*types.Mount // the rootfs mounts the Create request carries
 	Upper          string         // the overlay's upper directory, with Overlay
 	ShimPid        int
+	stdin          string
+	stdinW         io.WriteCloser
 	t              testing.TB // set by NewTask, for the methods that fail the test
 	attached       *driver.Attached
 	scratch        string // overlay upper and work directories
@@ -89,7 +95,7 @@ func NewTask(t testing.TB, d *driver.Driver, id string, o TaskOptions) *Task {
 // caller closes the task. rootfs is the busybox rootfs (Rootfs). On error, a non-nil task
 // still has to be closed.
 func OpenTask(d *driver.Driver, id, rootfs string, o TaskOptions) (*Task, error) {
-	k := &Task{D: d, ID: id}
+	k := &Task{D: d, ID: id, stdin: o.Stdin}
 	spec := driver.SpecOptions{Args: o.Args, Rootfs: rootfs, Readonly: true}
 	if o.Overlay {
 		spec.Rootfs, spec.Readonly = "", false
@@ -116,7 +122,7 @@ func OpenTask(d *driver.Driver, id, rootfs string, o TaskOptions) (*Task, error)
 	}
 	k.Bundle = bundle
 	if !o.NullIO {
-		if k.FIFOs, err = d.NewFIFOs(id, false); err != nil {
+		if k.FIFOs, err = d.NewFIFOs(id, o.Stdin != ""); err != nil {
 			return k, err
 		}
 		if k.attached, err = k.FIFOs.Attach(context.Background(), nil, &k.Stdout, &k.Stderr); err != nil {
@@ -148,7 +154,7 @@ func (k *Task) Ctx() context.Context {
 func (k *Task) CreateRequest() *taskapi.CreateTaskRequest {
 	r := &taskapi.CreateTaskRequest{ID: k.ID, Bundle: k.Bundle, Rootfs: k.Mounts}
 	if k.FIFOs != nil {
-		r.Stdout, r.Stderr = k.FIFOs.Stdout, k.FIFOs.Stderr
+		r.Stdin, r.Stdout, r.Stderr = k.FIFOs.Stdin, k.FIFOs.Stdout, k.FIFOs.Stderr
 	}
 	return r
 }
@@ -159,6 +165,18 @@ func (k *Task) Create() int {
 	resp, err := k.Conn.Task.Create(k.Ctx(), k.CreateRequest())
 	if err != nil {
 		k.t.Fatalf("Create: %v", err)
+	}
+	if k.stdin != "" {
+		w, err := k.FIFOs.OpenStdin(context.Background())
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		k.stdinW = w
+		go func() {
+			// Ends once the shim has taken the input, or when Close closes w.
+			io.WriteString(w, k.stdin)
+			w.Close()
+		}()
 	}
 	return int(resp.Pid)
 }
@@ -252,6 +270,9 @@ func (k *Task) Close() error {
 	}
 	if k.attached != nil {
 		k.attached.Close()
+	}
+	if k.stdinW != nil {
+		k.stdinW.Close()
 	}
 	if k.FIFOs != nil {
 		k.FIFOs.Remove()
