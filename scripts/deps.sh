@@ -35,3 +35,6 @@ if [[ ! -x $gobin/staticcheck ]] || ! "$gobin/staticcheck" -version 2>/dev/null 
 	echo "deps: installing staticcheck $STATICCHECK_VERSION"
 	(cd / && go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION")
 fi
+
+# Debian has no containerd 2.x: it is built once per machine into a cache outside the repository.
+"$(dirname "$0")/containerd2.sh"
