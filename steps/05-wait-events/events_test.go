@@ -151,3 +151,27 @@ func TestContainerdRunRm(t *testing.T) {
 	}
 
 }
+
+// TestContainerd2RunRm is TestContainerdRunRm on containerd 2.x, which sends the shim a
+// bootstrap.v1.BootstrapParams on stdin, parses its start reply as a BootstrapResult protobuf
+// first and JSON second, and runs `shim -info`: the step's shim must still bootstrap and serve.
+func TestContainerd2RunRm(t *testing.T) {
+	t.Parallel()
+	c := testkit.StartContainerd2(t)
+	shim, rootfs := shimBinary(t), testkit.Rootfs(t)
+
+	// ctr 2.x warns about cgroup v1 on stderr on this machine; only stdout is the container's.
+	hi := c.Ctr(t, "run", "--rm", "--runtime", shim, "--rootfs", rootfs, "c2-hi", "/bin/echo", "hi")
+	if hi.Code != 0 || hi.Stdout != "hi\n" {
+		t.Errorf("ctr run --rm echo hi: exit %d, stdout %q, stderr %q", hi.Code, hi.Stdout, hi.Stderr)
+	}
+	three := c.Ctr(t, "run", "--rm", "--runtime", shim, "--rootfs", rootfs, "c2-three", "/bin/sh", "-c", "exit 3")
+	if three.Code != 3 {
+		t.Errorf("ctr run --rm sh -c 'exit 3' exited %d (%s)", three.Code, three.Stderr)
+	}
+	for _, id := range []string{"c2-hi", "c2-three"} {
+		testkit.Eventually(t, 10*time.Second, "shim left for "+id, func() bool {
+			return len(c.Shims(id)) == 0
+		})
+	}
+}
