@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shimwalk/shimwalk/final/driver"
 )
@@ -67,10 +68,17 @@ func Main(args []string) int {
 // describe renders an error as one line; an RPC the shim lacks is named as such rather than
 // shown as a chain of wrapped transport errors.
 func describe(err error) string {
-	if driver.Code(err) == codes.Unimplemented {
+	code := driver.Code(err)
+	if code == codes.Unimplemented {
 		return "this shim does not implement that call: " + driver.Message(err)
 	}
-	return strings.ReplaceAll(err.Error(), "\n", " ")
+	msg := err.Error()
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		// The shim's message says what went wrong; the transport's prefix only adds noise.
+		msg = strings.Replace(msg, "rpc error: code = "+code.String()+" desc = ", "", 1)
+	}
+	return strings.ReplaceAll(msg, "\n", " ")
 }
 
 func newRoot() *cobra.Command {
