@@ -148,13 +148,17 @@ func (s *shimctl) expectNoTask(id string) {
 // status polls task state until it shows want, and returns the line.
 func (s *shimctl) status(id, want string) string {
 	s.t.Helper()
-	var line string
-	testkit.Eventually(s.t, 10*time.Second, fmt.Sprintf("task %s never became %s; last: %q", id, want, line), func() bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
 		r := s.run("task", "state", id)
-		line = r.Stdout
-		return r.Code == 0 && strings.HasPrefix(line, id+" "+want+" ")
-	})
-	return line
+		if r.Code == 0 && strings.HasPrefix(r.Stdout, id+" "+want+" ") {
+			return r.Stdout
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("task %s never became %s; last: %q %q", id, want, r.Stdout, r.Stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // background starts shimctl with args and stops it with SIGKILL when the test ends, if it is
@@ -185,7 +189,7 @@ func (s *shimctl) background(args ...string) *background {
 	return b
 }
 
-// exit waits for the process to end after sig and returns its exit code.
+// stop sends sig to the process and returns its exit code once it has ended.
 func (b *background) stop(t *testing.T, sig syscall.Signal) int {
 	t.Helper()
 	if err := b.cmd.Process.Signal(sig); err != nil {
