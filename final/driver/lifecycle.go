@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"path/filepath"
 	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
@@ -18,6 +20,9 @@ import (
 	"github.com/containerd/ttrpc"
 	"google.golang.org/grpc/codes"
 )
+
+// shimExitGrace bounds how long RemoveShim lets a shim that accepted Shutdown exit by itself.
+const shimExitGrace = 5 * time.Second
 
 // DeleteTask deletes the stopped (or never started) task id through c and then removes its shim
 // and bundle with RemoveShim. A task the shim refuses to delete, because it still runs, is left
@@ -38,10 +43,16 @@ func (d *Driver) DeleteTask(ctx context.Context, c *Conn, id string) (*taskapi.D
 func (d *Driver) RemoveShim(ctx context.Context, c *Conn, id string) error {
 	var errs []error
 	if c != nil {
+		shimPid, _ := ReadPidFile(filepath.Join(d.Bundle(id), "shim.pid"))
 		// The shim may close the connection before its reply leaves: that is a shutdown too.
 		_, err := c.Task.Shutdown(ctx, &taskapi.ShutdownRequest{ID: id})
 		if err != nil && !errors.Is(err, ttrpc.ErrClosed) {
 			errs = append(errs, fmt.Errorf("shutdown %s: %w", id, err))
+		} else if shimPid > 0 && Listening(d.TTRPCAddress) {
+			// A shim that is shutting down forwards its last events, TaskDelete among them,
+			// before it exits; the delete action would stop it half-way. With nobody listening
+			// there is nothing to wait for: the events are lost either way.
+			waitExit(ctx, shimPid, shimExitGrace)
 		}
 		c.Close()
 	}
@@ -94,5 +105,27 @@ func PollStopped(ctx context.Context, c *Conn, id string, interval time.Duration
 			return nil, fmt.Errorf("%s did not stop: %w", id, ctx.Err())
 		case <-tick.C:
 		}
+	}
+}
+
+// Listening reports whether something accepts connections on the unix socket at path.
+func Listening(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// waitExit waits, up to grace or the end of ctx, for process pid to exit. The shim is not the
+// driver's child, so /proc is where its exit shows; a zombie has exited.
+func waitExit(ctx context.Context, pid int, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if p, err := ReadProc(pid); err != nil || p.State == 'Z' {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +46,7 @@ shim that is shutting down waits for that before it exits.`,
 			if err != nil {
 				return err
 			}
-			if serving(d.TTRPCAddress) {
+			if driver.Listening(d.TTRPCAddress) {
 				return fmt.Errorf("another shimctl events serves %s already", d.TTRPCAddress)
 			}
 			srv, err := driver.ListenEvents(d.TTRPCAddress)
@@ -75,17 +74,6 @@ shim that is shutting down waits for that before it exits.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per event")
 	return cmd
-}
-
-// serving reports whether something accepts connections on the unix socket at path. A socket
-// file nobody listens on is a leftover that ListenEvents replaces.
-func serving(path string) bool {
-	conn, err := net.DialTimeout("unix", path, time.Second)
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
 }
 
 // formatEvent renders e as one line: "TIME NAMESPACE TOPIC k=v ...", or a JSON object.
