@@ -21,6 +21,7 @@ build:
 		n=$$(basename $$s | cut -c1-2); \
 		$(GO) build -o $(BIN)/containerd-shim-step$$n-v2 ./$$s || exit 1; \
 	done
+	$(GO) build -o $(BIN)/containerd-shim-shimwalk-v2 ./final/cmd/containerd-shim-shimwalk-v2
 	$(GO) build -o $(BIN)/shimctl ./final/cmd/shimctl
 	@ls $(BIN)
 

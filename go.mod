@@ -3,7 +3,10 @@ module github.com/shimwalk/shimwalk
 go 1.26.0
 
 require (
+	github.com/containerd/console v1.0.5
 	github.com/containerd/containerd/api v1.12.0
+	github.com/containerd/errdefs v1.0.0
+	github.com/containerd/errdefs/pkg v0.3.0
 	github.com/containerd/fifo v1.1.0
 	github.com/containerd/go-runc v1.2.1
 	github.com/containerd/ttrpc v1.2.10
@@ -16,7 +19,6 @@ require (
 )
 
 require (
-	github.com/containerd/console v1.0.5 // indirect
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bootstrap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/shimwalk/shimwalk/final/shim/process"
+	"github.com/shimwalk/shimwalk/final/shim/task"
+)
+
+// deleteAction is what containerd runs when it can no longer reach a task's shim: remove the
+// container from runc (killing what is left), unmount its rootfs, and report its exit, the
+// real one from exit.json when the shim saw it, else 128+SIGKILL. It leaves a live shim alone:
+// grouped containers may share it, and containerd shuts shims down with the Shutdown RPC.
+func deleteAction(f flags) error {
+	bundle := f.bundle
+	if bundle == "" {
+		bundle = "."
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := process.Options{}
+	if err := process.ForceDelete(ctx, opts, f.namespace, f.id, bundle); err != nil {
+		return err
+	}
+	removeStaleSocket(bundle)
+	x := recoverExit(bundle)
+	out, err := proto.Marshal(&taskapi.DeleteResponse{
+		Pid: uint32(x.Pid), ExitStatus: uint32(x.ExitStatus), ExitedAt: timestamppb.New(x.ExitedAt),
+	})
+	if err != nil {
+		return fmt.Errorf("marshal delete response: %w", err)
+	}
+	_, err = os.Stdout.Write(out)
+	return err
+}
+
+// recoverExit is the init's exit as exit.json recorded it, or 128+SIGKILL with the pid of
+// init.pid: runc delete --force killed it.
+func recoverExit(bundle string) task.ExitRecord {
+	if data, err := os.ReadFile(filepath.Join(bundle, "exit.json")); err == nil {
+		var r task.ExitRecord
+		if json.Unmarshal(data, &r) == nil && r.Pid > 0 {
+			return r
+		}
+	}
+	r := task.ExitRecord{ExitStatus: 128 + int(unix.SIGKILL), ExitedAt: time.Now()}
+	if data, err := os.ReadFile(filepath.Join(bundle, "init.pid")); err == nil {
+		r.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+	return r
+}
+
+// removeStaleSocket removes the socket named in the bundle's address file when nobody listens
+// on it any more: the shim that owned it died without cleaning up.
+func removeStaleSocket(bundle string) {
+	data, err := os.ReadFile(filepath.Join(bundle, "address"))
+	if err != nil {
+		return
+	}
+	path, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "unix://")
+	if !ok || !filepath.IsAbs(path) {
+		return
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		conn.Close()
+		return
+	}
+	if errors.Is(err, unix.ECONNREFUSED) {
+		os.Remove(path)
+	}
+}

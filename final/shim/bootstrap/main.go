@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bootstrap
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	apitypes "github.com/containerd/containerd/api/types"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/shimwalk/shimwalk/final/shim/process"
+	"github.com/shimwalk/shimwalk/final/shim/server"
+	"github.com/shimwalk/shimwalk/final/shim/task"
+)
+
+// RuntimeName is the runtime operators name in containerd's configuration.
+const RuntimeName = "io.containerd.shimwalk.v2"
+
+// flags are what containerd passes to every shim invocation.
+type flags struct {
+	namespace, id, address, publishBinary, bundle string
+	debug, version, info                          bool
+	action                                        string // "start", "delete", or "" for the server
+}
+
+// Main runs the shim binary with args (without the program name) and returns its exit code.
+func Main(args []string, version, revision string) int {
+	task.Version = version
+	f, err := parseFlags(args)
+	if err == nil {
+		err = dispatch(f, version, revision)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string) (flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
+	// The flag package prints usage on error; containerd reads stdout and stderr together.
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.namespace, "namespace", "", "namespace of the task")
+	fs.StringVar(&f.id, "id", "", "id of the task")
+	fs.StringVar(&f.address, "address", "", "containerd's gRPC address")
+	fs.StringVar(&f.publishBinary, "publish-binary", "", "containerd binary")
+	fs.StringVar(&f.bundle, "bundle", "", "bundle directory (delete)")
+	fs.BoolVar(&f.debug, "debug", false, "debug logging")
+	fs.BoolVar(&f.version, "v", false, "print the version and exit")
+	fs.BoolVar(&f.info, "info", false, "print the runtime info protobuf and exit")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 1 {
+		return f, fmt.Errorf("one action expected, got %q", fs.Args())
+	}
+	f.action = fs.Arg(0)
+	if f.version || f.info {
+		return f, nil
+	}
+	if err := process.ValidateID("-namespace", f.namespace); err != nil {
+		return f, err
+	}
+	if err := process.ValidateID("-id", f.id); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func dispatch(f flags, version, revision string) error {
+	switch {
+	case f.version:
+		fmt.Printf("%s:\n  Version:  %s\n  Revision: %s\n  Runtime:  %s\n", filepath.Base(os.Args[0]), version, revision, RuntimeName)
+		return nil
+	case f.info:
+		return printInfo(version, revision)
+	}
+	switch f.action {
+	case "start":
+		return start(f)
+	case "delete":
+		return deleteAction(f)
+	case "":
+		return serve(f)
+	}
+	return fmt.Errorf("unknown action %q: want start or delete", f.action)
+}
+
+// printInfo answers containerd's `shim -info`: the runtime options come on stdin, and a
+// RuntimeInfo goes back on stdout.
+func printInfo(version, revision string) error {
+	in, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read options: %w", err)
+	}
+	info := &apitypes.RuntimeInfo{
+		Name:    RuntimeName,
+		Version: &apitypes.RuntimeVersion{Version: version, Revision: revision},
+	}
+	if len(in) > 0 {
+		var opts anypb.Any
+		if err := proto.Unmarshal(in, &opts); err != nil {
+			return fmt.Errorf("options are not an Any: %w", err)
+		}
+		if _, _, err := process.ParseOptions(&opts); err != nil {
+			return err
+		}
+		info.Options = &opts
+	}
+	out, err := proto.Marshal(info)
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(out)
+	return err
+}
+
+// serve is the long-lived shim.
+func serve(f flags) error {
+	logger, logFile, err := openLog(f.debug)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	ln, err := server.InheritedListener()
+	if err != nil {
+		return err
+	}
+	return server.Serve(server.Config{
+		Namespace: f.namespace, ID: f.id, Log: logger, Listener: ln,
+		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"),
+	})
+}
+
+// openLog returns where the long-lived shim logs: the bundle's `log` FIFO that containerd
+// reads, or shim.log in the bundle when nobody created one.
+func openLog(debug bool) (*slog.Logger, *os.File, error) {
+	f, err := openLogFIFO("log")
+	if err != nil {
+		f, err = os.OpenFile("shim.log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open shim.log: %w", err)
+		}
+	}
+	level := slog.LevelInfo
+	if debug {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: level})), f, nil
+}

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package process drives a container's processes through the runc CLI: the init process (from
+// the rootfs mounts and runc create to runc delete) and exec processes, each behind a state
+// machine (created, running, paused, stopped, deleted) that refuses illegal transitions with
+// errdefs.ErrFailedPrecondition rather than reaching runc with them.
+//
+// It mirrors containerd v2.4 cmd/containerd-shim-runc-v2/process (init.go, init_state.go,
+// exec.go, exec_state.go) and runc/container.go (NewContainer, the rootfs mounts). Unlike
+// containerd, one mutex-guarded status per process replaces the state objects, and the
+// exit of a process lives in one place, a channel closed on exit, that every Wait sleeps on.
+package process

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package process
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	runc "github.com/containerd/go-runc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/shimwalk/shimwalk/final/shim/stdio"
+)
+
+// Exec is an additional process run in a container with runc exec.
+type Exec struct {
+	base
+	parent *Init
+	spec   *specs.Process
+}
+
+// NewExec prepares an exec process in the container; Start runs it. Execs are refused once
+// the container has stopped: its namespaces are gone.
+func (p *Init) NewExec(execID string, spec *specs.Process, cfg stdio.Config) (*Exec, error) {
+	if spec == nil || len(spec.Args) == 0 {
+		return nil, fmt.Errorf("exec %s: the process spec has no args: %w", execID, errdefs.ErrInvalidArgument)
+	}
+	if st := p.Status(); st != task.Status_RUNNING {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return nil, p.stateError("exec")
+	}
+	e := &Exec{base: newBase(execID, cfg), parent: p, spec: spec}
+	e.status = task.Status_CREATED
+	return e, nil
+}
+
+// Start runs runc exec --detach and records the pid. The process may exit before Start
+// returns; its exit is the caller's to match by pid.
+func (e *Exec) Start(ctx context.Context) (err error) {
+	e.mu.Lock()
+	if e.status != task.Status_CREATED {
+		err := e.stateError("start")
+		e.mu.Unlock()
+		return err
+	}
+	e.mu.Unlock()
+	p := e.parent
+	opts := &runc.ExecOpts{Detach: true, PidFile: filepath.Join(p.Bundle, e.id+".pid")}
+	if e.stdio.Terminal {
+		c, err := stdio.NewConsole(e.stdio)
+		if err != nil {
+			return err
+		}
+		e.console, e.io, opts.ConsoleSocket = c, c, c.Socket()
+	} else {
+		pipes, err := stdio.Open(e.stdio, p.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
+		if err != nil {
+			return err
+		}
+		e.io, opts.IO = pipes, pipes
+	}
+	defer func() {
+		if err != nil {
+			e.closeIO()
+		}
+	}()
+	if err := p.runtime.Exec(ctx, p.id, *e.spec, opts); err != nil {
+		return p.runtimeError(err, "exec")
+	}
+	if e.console != nil {
+		if err := e.console.Attach(); err != nil {
+			return err
+		}
+	}
+	pid, err := runc.ReadPidFile(opts.PidFile)
+	if err != nil {
+		return fmt.Errorf("read exec pid: %w", err)
+	}
+	e.mu.Lock()
+	e.pid = pid
+	if e.status == task.Status_CREATED {
+		e.status = task.Status_RUNNING
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// Kill signals the exec process. It is not runc's to signal: runc knows containers, and an
+// exec is one process whose pid the shim holds.
+func (e *Exec) Kill(ctx context.Context, signal uint32) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch e.status {
+	case task.Status_RUNNING:
+	case task.Status_CREATED:
+		return fmt.Errorf("kill: exec %s has not started: %w", e.id, errdefs.ErrFailedPrecondition)
+	default:
+		return fmt.Errorf("%w: %w", e.stateError("kill"), errdefs.ErrNotFound)
+	}
+	// The pid is ours until the reap loop has recorded the exit, which takes mu: it cannot be
+	// a recycled pid here.
+	if err := unix.Kill(e.pid, unix.Signal(signal)); err != nil {
+		return fmt.Errorf("kill exec %s: %w", e.id, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+// Delete forgets the exec process once it has exited (or never started), after its output
+// was delivered.
+func (e *Exec) Delete(ctx context.Context) error {
+	e.mu.Lock()
+	if e.status != task.Status_STOPPED && e.status != task.Status_CREATED {
+		err := e.stateError("delete")
+		e.mu.Unlock()
+		return err
+	}
+	e.status = deleted
+	e.mu.Unlock()
+	e.closeIO()
+	return nil
+}

@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package process
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	runc "github.com/containerd/go-runc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/shimwalk/shimwalk/final/shim/stdio"
+)
+
+// DefaultRuncRoot is runc's state root when neither the runtime options nor
+// SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
+const DefaultRuncRoot = "/run/shimwalk/runc"
+
+// deleted is the status of a process after Delete: it exists for no one any more.
+const deleted = task.Status_UNKNOWN
+
+// Options are the runtime options that shape how runc runs (api/types/runc/options.Options).
+type Options struct {
+	BinaryName    string // the runc-compatible binary: runc, crun, ...
+	Root          string // runc's state root, the namespace below it
+	SystemdCgroup bool
+	NoPivotRoot   bool
+	NoNewKeyring  bool
+	IoUID, IoGID  int // owner of the stdio pipes
+	CriuImagePath string
+	CriuWorkPath  string
+}
+
+// NewRuntime returns the runc CLI for a container of namespace with its bundle at bundle.
+// Each namespace gets its own state root, so equal ids in different namespaces do not collide.
+func NewRuntime(o Options, namespace, bundle string) *runc.Runc {
+	root := o.Root
+	if root == "" {
+		root = os.Getenv("SHIMWALK_RUNC_ROOT")
+	}
+	if root == "" {
+		root = DefaultRuncRoot
+	}
+	binary := o.BinaryName
+	if binary == "" {
+		binary = "runc"
+	}
+	return &runc.Runc{
+		Command:       binary,
+		Root:          filepath.Join(root, namespace),
+		Log:           filepath.Join(bundle, "log.json"),
+		LogFormat:     runc.JSON,
+		SystemdCgroup: o.SystemdCgroup,
+		// A runc the shim started must not outlive the shim half-way through an operation.
+		PdeathSignal: unix.SIGKILL,
+	}
+}
+
+// CreateConfig is what Create needs to make a container's init process.
+type CreateConfig struct {
+	ID, Bundle, Namespace string
+	Rootfs                []*types.Mount
+	Stdio                 stdio.Config
+	Checkpoint            string // restore from this image directory instead of creating
+	ParentCheckpoint      string
+	Options               Options
+	// Monitor starts runc and logging binaries so that their exits go to their callers.
+	Monitor runc.ProcessMonitor
+}
+
+// Init is a container's first process.
+type Init struct {
+	base
+	Bundle    string
+	Namespace string
+	runtime   *runc.Runc
+	opts      Options
+	rootfs    string // where the request's mounts were mounted; "" when there were none
+	monitor   runc.ProcessMonitor
+
+	// ops serialises the runc calls that change the container's state, so that, say, a
+	// Delete never runs in the middle of a Start. Kill does not take it: it must always get
+	// through.
+	ops sync.Mutex
+}
+
+// NewInit mounts the rootfs, wires stdio and runs runc create (or runc restore). On failure it
+// leaves nothing behind: no mount, no runc state, no copy goroutine.
+func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
+	if !filepath.IsAbs(cfg.Bundle) {
+		return nil, fmt.Errorf("bundle %q is not an absolute path: %w", cfg.Bundle, errdefs.ErrInvalidArgument)
+	}
+	if st, err := os.Lstat(filepath.Join(cfg.Bundle, "config.json")); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("bundle %s has no config.json: %w", cfg.Bundle, errdefs.ErrInvalidArgument)
+	}
+	p := &Init{
+		base:      newBase(cfg.ID, cfg.Stdio),
+		Bundle:    cfg.Bundle,
+		Namespace: cfg.Namespace,
+		runtime:   NewRuntime(cfg.Options, cfg.Namespace, cfg.Bundle),
+		opts:      cfg.Options,
+		monitor:   cfg.Monitor,
+	}
+	p.status = task.Status_CREATED
+	if len(cfg.Rootfs) > 0 {
+		p.rootfs = filepath.Join(cfg.Bundle, "rootfs")
+		if err := MountRootfs(cfg.Rootfs, p.rootfs); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				_ = UnmountAll(p.rootfs)
+			}
+		}()
+	}
+	var (
+		rio    runc.IO
+		socket runc.ConsoleSocket
+	)
+	if cfg.Stdio.Terminal {
+		c, err := stdio.NewConsole(cfg.Stdio)
+		if err != nil {
+			return nil, err
+		}
+		p.console, p.io, socket = c, c, c.Socket()
+	} else {
+		pipes, err := stdio.Open(cfg.Stdio, cfg.ID, cfg.Namespace, cfg.Options.IoUID, cfg.Options.IoGID, cfg.Monitor)
+		if err != nil {
+			return nil, err
+		}
+		p.io, rio = pipes, pipes
+	}
+	defer func() {
+		if err != nil {
+			p.io.Close()
+		}
+	}()
+
+	pidFile := filepath.Join(cfg.Bundle, "init.pid")
+	if cfg.Checkpoint != "" {
+		_, err = p.runtime.Restore(ctx, cfg.ID, cfg.Bundle, &runc.RestoreOpts{
+			CheckpointOpts: runc.CheckpointOpts{
+				ImagePath: cfg.Checkpoint, WorkDir: p.opts.CriuWorkPath, ParentPath: cfg.ParentCheckpoint,
+			},
+			IO: rio, PidFile: pidFile, ConsoleSocket: socket, NoPivot: p.opts.NoPivotRoot, Detach: true,
+		})
+	} else {
+		err = p.runtime.Create(ctx, cfg.ID, cfg.Bundle, &runc.CreateOpts{
+			IO: rio, PidFile: pidFile, ConsoleSocket: socket,
+			NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
+		})
+	}
+	if err != nil {
+		cerr := p.runtimeError(err, "create")
+		// runc may have got as far as leaving state (and a waiting `runc init`) behind.
+		_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
+		return nil, cerr
+	}
+	if p.console != nil {
+		if err := p.console.Attach(); err != nil {
+			_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
+			return nil, err
+		}
+	}
+	pid, err := runc.ReadPidFile(pidFile)
+	if err != nil {
+		_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
+		return nil, fmt.Errorf("read init pid: %w", err)
+	}
+	p.pid = pid
+	if cfg.Checkpoint != "" {
+		p.status = task.Status_RUNNING // runc restore starts the container
+	}
+	return p, nil
+}
+
+// Runtime is the runc CLI this container is driven with.
+func (p *Init) Runtime() *runc.Runc { return p.runtime }
+
+// Start runs runc start on a created container.
+func (p *Init) Start(ctx context.Context) error {
+	p.ops.Lock()
+	defer p.ops.Unlock()
+	p.mu.Lock()
+	if p.status != task.Status_CREATED {
+		err := p.stateError("start")
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Unlock()
+	if err := p.runtime.Start(ctx, p.id); err != nil {
+		return p.runtimeError(err, "start")
+	}
+	p.mu.Lock()
+	if p.status == task.Status_CREATED { // unless it already exited
+		p.status = task.Status_RUNNING
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// Kill signals the container's init, or with all every process in it.
+func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
+	p.mu.Lock()
+	switch p.status {
+	case deleted, task.Status_STOPPED:
+		err := p.stateError("kill")
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+	}
+	p.mu.Unlock()
+	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {
+		return fmt.Errorf("%w: %w", p.runtimeError(err, "kill"), errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+// Pause freezes every process of the container.
+func (p *Init) Pause(ctx context.Context) error {
+	return p.change(ctx, "pause", task.Status_RUNNING, task.Status_PAUSED, func() error {
+		return p.runtime.Pause(ctx, p.id)
+	})
+}
+
+// Resume thaws a paused container.
+func (p *Init) Resume(ctx context.Context) error {
+	return p.change(ctx, "resume", task.Status_PAUSED, task.Status_RUNNING, func() error {
+		return p.runtime.Resume(ctx, p.id)
+	})
+}
+
+// change runs a runc call that moves the container from one state to another.
+func (p *Init) change(ctx context.Context, op string, from, to task.Status, call func() error) error {
+	p.ops.Lock()
+	defer p.ops.Unlock()
+	p.mu.Lock()
+	if p.status != from {
+		err := p.stateError(op)
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Unlock()
+	if err := call(); err != nil {
+		return p.runtimeError(err, op)
+	}
+	p.mu.Lock()
+	if p.status == from {
+		p.status = to
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// Delete removes the container from runc, waits for its output to be delivered, unmounts the
+// rootfs. The container must be stopped, or created and never started.
+func (p *Init) Delete(ctx context.Context) error {
+	p.ops.Lock()
+	defer p.ops.Unlock()
+	p.mu.Lock()
+	status := p.status
+	if status != task.Status_STOPPED && status != task.Status_CREATED {
+		err := p.stateError("delete")
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Unlock()
+	// A created container's init still waits in runc init: --force kills it.
+	force := status == task.Status_CREATED
+	if err := p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: force}); err != nil && !p.notExist(err) {
+		return p.runtimeError(err, "delete")
+	}
+	p.closeIO()
+	if p.rootfs != "" {
+		if err := UnmountAll(p.rootfs); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	p.status = deleted
+	p.mu.Unlock()
+	return nil
+}
+
+// Pids lists the pids of every process in the container.
+func (p *Init) Pids(ctx context.Context) ([]int, error) {
+	if st := p.Status(); st == deleted {
+		return nil, p.stateError("pids")
+	}
+	pids, err := p.runtime.Ps(ctx, p.id)
+	if err != nil {
+		return nil, p.runtimeError(err, "ps")
+	}
+	return pids, nil
+}
+
+// Update applies new resource limits to the running container.
+func (p *Init) Update(ctx context.Context, r *specs.LinuxResources) error {
+	p.ops.Lock()
+	defer p.ops.Unlock()
+	switch p.Status() {
+	case task.Status_RUNNING, task.Status_PAUSED, task.Status_CREATED:
+	default:
+		return p.stateError("update")
+	}
+	if err := p.runtime.Update(ctx, p.id, r); err != nil {
+		return p.runtimeError(err, "update")
+	}
+	return nil
+}
+
+// CheckpointConfig is what Checkpoint needs.
+type CheckpointConfig struct {
+	ImagePath, WorkDir string
+	Exit               bool // stop the container after the dump (else it keeps running)
+	AllowOpenTCP       bool
+	AllowExternalUnix  bool
+	AllowTerminal      bool
+	FileLocks          bool
+	EmptyNamespaces    []string
+}
+
+// Checkpoint dumps the container with CRIU through runc checkpoint.
+func (p *Init) Checkpoint(ctx context.Context, c CheckpointConfig) error {
+	p.ops.Lock()
+	defer p.ops.Unlock()
+	switch p.Status() {
+	case task.Status_RUNNING, task.Status_PAUSED:
+	default:
+		return p.stateError("checkpoint")
+	}
+	work := c.WorkDir
+	if work == "" {
+		work = filepath.Join(p.Bundle, "criu-work")
+	}
+	var actions []runc.CheckpointAction
+	if !c.Exit {
+		actions = append(actions, runc.LeaveRunning)
+	}
+	err := p.runtime.Checkpoint(ctx, p.id, &runc.CheckpointOpts{
+		ImagePath: c.ImagePath, WorkDir: work, AllowOpenTCP: c.AllowOpenTCP,
+		AllowExternalUnixSockets: c.AllowExternalUnix, AllowTerminal: c.AllowTerminal,
+		FileLocks: c.FileLocks, EmptyNamespaces: c.EmptyNamespaces,
+	}, actions...)
+	if err != nil {
+		return fmt.Errorf("%w (see %s)", p.runtimeError(err, "checkpoint"), filepath.Join(work, "dump.log"))
+	}
+	return nil
+}
+
+// runtimeError prefers runc's own last error message, from its JSON log, to the bare exit
+// status go-runc reports: `exec: "nosuch": executable file not found in $PATH` says more
+// than "exit status 1".
+func (p *Init) runtimeError(err error, op string) error {
+	if msg := LastRuncError(p.runtime.Log); msg != "" {
+		return fmt.Errorf("runc %s: %s", op, msg)
+	}
+	return fmt.Errorf("runc %s: %w", op, err)
+}
+
+// notExist reports whether runc failed because it does not know the container: a container
+// deleted behind the shim's back is as deleted as can be.
+func (p *Init) notExist(err error) bool {
+	return strings.Contains(err.Error()+LastRuncError(p.runtime.Log), "does not exist")
+}
+
+// LastRuncError is the message of the last error in runc's JSON log at path.
+func LastRuncError(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var msg string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		var entry struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &entry) == nil && (entry.Level == "error" || entry.Level == "fatal") {
+			msg = entry.Msg
+		}
+	}
+	return strings.TrimSpace(msg)
+}
+
+// ForceDelete is what the delete action does for a container whose shim died: runc delete
+// --force, which kills what is left, then the rootfs unmount.
+func ForceDelete(ctx context.Context, o Options, namespace, id, bundle string) error {
+	r := NewRuntime(o, namespace, bundle)
+	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
+		if msg := LastRuncError(r.Log) + err.Error(); !strings.Contains(msg, "does not exist") {
+			return fmt.Errorf("runc delete --force: %s", LastRuncError(r.Log))
+		}
+	}
+	if err := UnmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

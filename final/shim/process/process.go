@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package process
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+
+	"github.com/shimwalk/shimwalk/final/shim/stdio"
+)
+
+// Exit is how a process ended.
+type Exit struct {
+	Status int
+	At     time.Time
+}
+
+// streams is a process's stdio: pipes or a terminal.
+type streams interface {
+	Wait(timeout time.Duration)
+	CloseStdin() error
+	Close() error
+}
+
+// base is what init and exec processes share: identity, status and exit.
+type base struct {
+	id    string // the container id for init, the exec id for an exec
+	stdio stdio.Config
+
+	mu      sync.Mutex
+	pid     int           // guarded by mu
+	status  task.Status   // guarded by mu
+	exit    *Exit         // guarded by mu; set once, by SetExited
+	done    chan struct{} // closed by SetExited
+	io      streams       // guarded by mu
+	console *stdio.Console
+}
+
+func newBase(id string, cfg stdio.Config) base {
+	return base{id: id, stdio: cfg, done: make(chan struct{})}
+}
+
+// ID is the container id of an init, the exec id of an exec.
+func (p *base) ID() string { return p.id }
+
+// Pid is the process's pid, 0 before it has one.
+func (p *base) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+// Stdio is what the process's streams were created from.
+func (p *base) Stdio() stdio.Config { return p.stdio }
+
+// Status is the process's state.
+func (p *base) Status() task.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// Exited returns the exit, or nil while the process runs.
+func (p *base) Exited() *Exit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit
+}
+
+// Done is closed when the process has exited.
+func (p *base) Done() <-chan struct{} { return p.done }
+
+// SetExited records the exit and wakes every Wait. Later calls are ignored: a pid is reaped once.
+func (p *base) SetExited(status int, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit != nil {
+		return
+	}
+	p.exit = &Exit{Status: status, At: at}
+	if p.status != task.Status_UNKNOWN { // deleted stays deleted
+		p.status = task.Status_STOPPED
+	}
+	close(p.done)
+}
+
+// Wait blocks until the process has exited, or ctx ends.
+func (p *base) Wait(ctx context.Context) (Exit, error) {
+	select {
+	case <-p.done:
+		return *p.Exited(), nil
+	case <-ctx.Done():
+		return Exit{}, ctx.Err()
+	}
+}
+
+// CloseIO gives the process EOF on stdin.
+func (p *base) CloseIO() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.io == nil {
+		return nil
+	}
+	return p.io.CloseStdin()
+}
+
+// Resize sets the size of the process's terminal.
+func (p *base) Resize(width, height uint32) error {
+	if p.console == nil {
+		return fmt.Errorf("process %s has no terminal: %w", p.id, errdefs.ErrFailedPrecondition)
+	}
+	return p.console.Resize(width, height)
+}
+
+// closeIO waits, at most a few seconds, for the output to be delivered, then closes the streams.
+func (p *base) closeIO() {
+	p.mu.Lock()
+	io := p.io
+	p.io = nil
+	p.mu.Unlock()
+	if io != nil {
+		io.Wait(5 * time.Second)
+		io.Close()
+	}
+}
+
+func (p *base) stateError(op string) error {
+	switch p.status {
+	case task.Status_UNKNOWN:
+		return fmt.Errorf("%s: process %s is deleted: %w", op, p.id, errdefs.ErrNotFound)
+	case task.Status_STOPPED:
+		return fmt.Errorf("%s: process %s has already exited: %w", op, p.id, errdefs.ErrFailedPrecondition)
+	}
+	return fmt.Errorf("%s: process %s is %s: %w", op, p.id, statusName(p.status), errdefs.ErrFailedPrecondition)
+}
+
+func statusName(s task.Status) string {
+	switch s {
+	case task.Status_CREATED:
+		return "created"
+	case task.Status_RUNNING:
+		return "running"
+	case task.Status_PAUSED:
+		return "paused"
+	case task.Status_PAUSING:
+		return "pausing"
+	case task.Status_STOPPED:
+		return "stopped"
+	}
+	return "deleted"
+}

@@ -1,0 +1,313 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package stdio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/fifo"
+	runc "github.com/containerd/go-runc"
+	"golang.org/x/sys/unix"
+)
+
+// Config is a process's stdio as containerd names it in Create and Exec: FIFO paths, a
+// binary:// or file:// URI for stdout (and stderr), empty for /dev/null.
+type Config struct {
+	Stdin, Stdout, Stderr string
+	Terminal              bool
+}
+
+// IsNull reports whether the process has no stdio at all.
+func (c Config) IsNull() bool {
+	return c.Stdin == "" && c.Stdout == "" && c.Stderr == ""
+}
+
+// Pipes is the shim's side of a process's stdio when it has no terminal: pipes handed to runc,
+// and the copies between them and wherever containerd asked the output to go.
+type Pipes struct {
+	runc.IO
+	wg      sync.WaitGroup // output copies; done when the process side of each pipe closed
+	closers []io.Closer
+	stdin   string // FIFO path, to release an open that waits for a writer
+	stdinW  io.WriteCloser
+	binary  *exec.Cmd // the logging binary, for binary://
+	monitor runc.ProcessMonitor
+}
+
+// Open creates the stdio of process id in namespace. uid and gid own the pipes (the process
+// may run as another user). monitor starts the logging binary of a binary:// URI, so that its
+// exit is not taken for a container's.
+func Open(cfg Config, id, namespace string, uid, gid int, monitor runc.ProcessMonitor) (*Pipes, error) {
+	if cfg.Terminal {
+		return nil, errors.New("a terminal's stdio goes through a console, not pipes")
+	}
+	if cfg.IsNull() {
+		nio, err := runc.NewNullIO()
+		if err != nil {
+			return nil, fmt.Errorf("null io: %w", err)
+		}
+		return &Pipes{IO: nio}, nil
+	}
+	u, err := url.Parse(cfg.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("stdout %q: %w", cfg.Stdout, err)
+	}
+	switch u.Scheme {
+	case "", "fifo":
+		return openCopied(cfg, uid, gid, outputFIFO)
+	case "file":
+		if u.Path == "" || !filepath.IsAbs(u.Path) {
+			return nil, fmt.Errorf("stdout %q: a file:// URI needs an absolute path", cfg.Stdout)
+		}
+		cfg.Stdout, cfg.Stderr = u.Path, u.Path
+		return openCopied(cfg, uid, gid, outputFile)
+	case "binary":
+		return openBinary(cfg, u, id, namespace, monitor)
+	}
+	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file or binary)", cfg.Stdout, u.Scheme)
+}
+
+// outputFIFO opens a FIFO for output. Read-write never blocks, whether or not the reader has
+// opened its end yet, and keeps the FIFO from breaking if the reader goes away: output waits
+// in the pipe instead of being lost.
+func outputFIFO(path string) (io.WriteCloser, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a FIFO", path)
+	}
+	return f, nil
+}
+
+// outputFile opens a log file for appending; stdout and stderr of a file:// URI share it.
+func outputFile(path string) (io.WriteCloser, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o640)
+}
+
+func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, error)) (*Pipes, error) {
+	pio, err := runc.NewPipeIO(uid, gid, func(o *runc.IOOption) {
+		o.OpenStdin, o.OpenStdout, o.OpenStderr = cfg.Stdin != "", cfg.Stdout != "", cfg.Stderr != ""
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create pipes: %w", err)
+	}
+	p := &Pipes{IO: pio, stdin: cfg.Stdin}
+	outs := map[string]*sharedWriter{}
+	for _, out := range []struct {
+		path string
+		r    io.Reader
+	}{{cfg.Stdout, pio.Stdout()}, {cfg.Stderr, pio.Stderr()}} {
+		if out.path == "" {
+			continue
+		}
+		w, ok := outs[out.path]
+		if !ok {
+			f, err := openOut(out.path)
+			if err != nil {
+				p.Close()
+				return nil, fmt.Errorf("open %s: %w", out.path, err)
+			}
+			w = &sharedWriter{w: f}
+			outs[out.path] = w
+			p.closers = append(p.closers, f)
+		}
+		w.users++
+		p.wg.Add(1)
+		go func(r io.Reader, w *sharedWriter) {
+			// Owned by p: ends at EOF, once every process holding the pipe has exited.
+			defer p.wg.Done()
+			io.Copy(w, r)
+			// The last copy into a file closes it, so that a FIFO's reader sees EOF.
+			w.done()
+		}(out.r, w)
+	}
+	if cfg.Stdin != "" {
+		// Not a request's context: the writer may open its end after Create returned, and the
+		// fifo package gives up on an open whose context has ended.
+		in, err := fifo.OpenFifo(context.Background(), cfg.Stdin, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("open %s: %w", cfg.Stdin, err)
+		}
+		p.closers = append(p.closers, in)
+		p.stdinW = pio.Stdin()
+		go func() {
+			// Owned by p: ends when the writer closes stdin, or when Close closes the FIFO.
+			io.Copy(p.stdinW, in)
+			p.stdinW.Close()
+		}()
+	}
+	return p, nil
+}
+
+// sharedWriter closes its file once every copy into it is done. Writes from two copies may
+// interleave, as they would on a terminal.
+type sharedWriter struct {
+	mu    sync.Mutex
+	w     io.WriteCloser
+	users int // guarded by mu
+}
+
+func (s *sharedWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func (s *sharedWriter) done() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.users--
+	if s.users == 0 {
+		s.w.Close()
+	}
+}
+
+// openBinary starts the logging binary of a binary:// URI the way containerd does
+// (cmd/containerd-shim-runc-v2/process/io.go NewBinaryIO): stdout's read end as fd 3,
+// stderr's as fd 4, and fd 5, which it closes once it is ready; CONTAINER_ID and
+// CONTAINER_NAMESPACE in its environment; the URI's query as its arguments.
+func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (_ *Pipes, err error) {
+	if monitor == nil {
+		return nil, errors.New("binary:// needs a process monitor")
+	}
+	var closers []io.Closer
+	defer func() {
+		if err != nil {
+			for _, c := range closers {
+				c.Close()
+			}
+		}
+	}()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, outR, outW, errR, errW, readyR, readyW)
+	var args []string
+	for k, vs := range u.Query() {
+		args = append(args, k)
+		if len(vs) > 0 && vs[0] != "" {
+			args = append(args, vs[0])
+		}
+	}
+	cmd := exec.Command(u.Path, args...)
+	cmd.Env = append(os.Environ(), "CONTAINER_ID="+id, "CONTAINER_NAMESPACE="+namespace)
+	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
+	ec, err := monitor.Start(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start logging binary %s: %w", u.Path, err)
+	}
+	go func() {
+		// Owned by the logging binary: ends when it exits, which Close brings about.
+		monitor.Wait(cmd, ec)
+	}()
+	// Our copies of its ends go, so that its exit (or its close of fd 5) is seen.
+	outR.Close()
+	errR.Close()
+	readyW.Close()
+	ready := make(chan error, 1)
+	go func() {
+		// Ends when the binary closes fd 5 or exits; bounded below.
+		_, rerr := readyR.Read(make([]byte, 1))
+		ready <- rerr
+	}()
+	select {
+	case rerr := <-ready:
+		readyR.Close()
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			cmd.Process.Kill()
+			return nil, fmt.Errorf("logging binary %s: %w", u.Path, rerr)
+		}
+	case <-time.After(10 * time.Second):
+		readyR.Close()
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("logging binary %s did not get ready within 10s", u.Path)
+	}
+	return &Pipes{IO: &binaryIO{out: outW, err: errW}, binary: cmd, monitor: monitor}, nil
+}
+
+// binaryIO hands the container the write ends of the logging binary's pipes.
+type binaryIO struct {
+	out, err *os.File
+}
+
+func (b *binaryIO) Stdin() io.WriteCloser  { return nil }
+func (b *binaryIO) Stdout() io.ReadCloser  { return nil }
+func (b *binaryIO) Stderr() io.ReadCloser  { return nil }
+func (b *binaryIO) Set(cmd *exec.Cmd)      { cmd.Stdout, cmd.Stderr = b.out, b.err }
+func (b *binaryIO) CloseAfterStart() error { b.out.Close(); b.err.Close(); return nil }
+func (b *binaryIO) Close() error           { b.out.Close(); b.err.Close(); return nil }
+
+// CloseAfterStart closes the shim's copies of the pipe ends runc handed to the process. go-runc
+// calls it once runc has started; without it the shim would keep every output pipe open and
+// the readers would never see EOF.
+func (p *Pipes) CloseAfterStart() error {
+	if c, ok := p.IO.(runc.StartCloser); ok {
+		return c.CloseAfterStart()
+	}
+	return nil
+}
+
+// Wait blocks until every output copy is done: all the process wrote was delivered. Bounded by
+// timeout, for a process that escaped the container with a copy of a pipe.
+func (p *Pipes) Wait(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+	}
+}
+
+// CloseStdin gives the process EOF on stdin (the CloseIO RPC).
+func (p *Pipes) CloseStdin() error {
+	if p.stdinW == nil {
+		return nil
+	}
+	return p.stdinW.Close()
+}
+
+// Close closes the pipes and what they were copied to, which ends every copy, and stops the
+// logging binary.
+func (p *Pipes) Close() error {
+	for _, c := range p.closers {
+		c.Close()
+	}
+	if p.stdin != "" {
+		releaseOpen(p.stdin)
+	}
+	var err error
+	if p.IO != nil {
+		err = p.IO.Close()
+	}
+	if p.binary != nil {
+		// The binary sees EOF on both pipes now and should exit; make sure it does.
+		time.AfterFunc(5*time.Second, func() { p.binary.Process.Signal(syscall.SIGKILL) })
+	}
+	return err
+}

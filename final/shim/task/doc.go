@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package task is the Task service a shim serves to containerd: it validates requests, finds
+// the container and process they name, calls package process, and publishes the task events.
+// It also turns reaped pids into process exits, in the order containerd needs them.
+//
+// It mirrors containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go (the RPCs, preStart and
+// handleStarted for early exits, processExits, handleProcessExit with its pending execs) and
+// runc/container.go (a container with its init and execs). One service serves every container
+// of a shim, so that containers grouped into one shim share it.
+package task

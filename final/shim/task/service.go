@@ -1,0 +1,662 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/typeurl/v2"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/shimwalk/shimwalk/final/shim/events"
+	"github.com/shimwalk/shimwalk/final/shim/process"
+	"github.com/shimwalk/shimwalk/final/shim/reaper"
+	"github.com/shimwalk/shimwalk/final/shim/stdio"
+)
+
+// Version is what Connect reports; set at build time.
+var Version = "dev"
+
+// Config is what a Service needs from the shim around it.
+type Config struct {
+	Namespace string
+	Log       *slog.Logger
+	Events    *events.Publisher
+	Reaper    *reaper.Reaper
+	// Shutdown ends the shim; the service calls it when Shutdown arrives and no container is left.
+	Shutdown func()
+}
+
+// Service implements containerd.task.v2.Task (and, through the server, v3) for every container
+// of one shim.
+type Service struct {
+	cfg Config
+
+	// mu guards the maps below and orders exits against starts: exit handling takes it, so an
+	// exit is never processed half-way through the bookkeeping of a start.
+	mu         sync.Mutex
+	containers map[string]*container
+	creating   map[string]bool       // ids whose Create is in flight
+	running    map[int]running       // pid -> the process whose exit is still to come
+	starting   map[int][]reaper.Exit // exits held while that pid's Start is in flight
+	execStarts int                   // exec Starts in flight: their pids are not known yet
+	unclaimed  []reaper.Exit         // exits of unknown pids while execStarts > 0
+}
+
+// container is one container: its init and its execs.
+type container struct {
+	id    string
+	init  *process.Init
+	execs map[string]*process.Exec
+	// runningExecs counts execs whose exit is still to come. The init's TaskExit waits for
+	// them: containerd expects a container's exec exits before its init's.
+	runningExecs    int
+	pendingInitExit *reaper.Exit
+}
+
+// running is a process whose exit is still to come.
+type running struct {
+	c    *container
+	exec *process.Exec // nil for the init
+}
+
+var _ taskapi.TTRPCTaskService = (*Service)(nil)
+
+// New returns an empty service.
+func New(cfg Config) *Service {
+	return &Service{
+		cfg:        cfg,
+		containers: map[string]*container{},
+		creating:   map[string]bool{},
+		running:    map[int]running{},
+		starting:   map[int][]reaper.Exit{},
+	}
+}
+
+// rpcError turns an errdefs error into the status containerd expects on the wire.
+func rpcError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errgrpc.ToGRPC(err)
+}
+
+// lookup returns the container id and, for execID != "", its exec.
+func (s *Service) lookup(id, execID string) (*container, *process.Exec, error) {
+	if err := process.ValidateID("task id", id); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.containers[id]
+	if !ok {
+		return nil, nil, fmt.Errorf("task %s: %w", id, errdefs.ErrNotFound)
+	}
+	if execID == "" {
+		return c, nil, nil
+	}
+	e, ok := c.execs[execID]
+	if !ok {
+		return nil, nil, fmt.Errorf("exec %s in task %s: %w", execID, id, errdefs.ErrNotFound)
+	}
+	return c, e, nil
+}
+
+// Create makes a container: its rootfs mounted, its stdio wired, its init created by runc.
+func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*taskapi.CreateTaskResponse, error) {
+	if err := process.ValidateID("task id", r.ID); err != nil {
+		return nil, rpcError(err)
+	}
+	opts, _, err := process.ParseOptions(r.Options)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	s.mu.Lock()
+	if s.containers[r.ID] != nil || s.creating[r.ID] {
+		s.mu.Unlock()
+		return nil, rpcError(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
+	}
+	s.creating[r.ID] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.creating, r.ID)
+		s.mu.Unlock()
+	}()
+
+	// An exit.json left by an earlier task in this bundle must not pass for this one's.
+	if filepath.IsAbs(r.Bundle) {
+		if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
+		}
+	}
+	p, err := process.NewInit(ctx, process.CreateConfig{
+		ID: r.ID, Bundle: r.Bundle, Namespace: s.cfg.Namespace, Rootfs: r.Rootfs,
+		Stdio:      stdio.Config{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
+		Checkpoint: r.Checkpoint, ParentCheckpoint: r.ParentCheckpoint,
+		Options: opts, Monitor: s.cfg.Reaper,
+	})
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
+	s.mu.Lock()
+	s.containers[r.ID] = c
+	// From here an exit of this pid is the container's: runc init waits for runc start, so
+	// nothing of it can have exited unseen before this point.
+	s.running[p.Pid()] = running{c: c}
+	s.cfg.Events.Publish(events.TopicCreate, &eventstypes.TaskCreate{
+		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(p.Pid()), Checkpoint: r.Checkpoint,
+		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
+	})
+	s.mu.Unlock()
+	s.cfg.Log.Info("created", "id", r.ID, "pid", p.Pid())
+	return &taskapi.CreateTaskResponse{Pid: uint32(p.Pid())}, nil
+}
+
+// Start starts the init or an exec.
+func (s *Service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.StartResponse, error) {
+	c, e, err := s.lookup(r.ID, r.ExecID)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if e == nil {
+		return s.startInit(ctx, c)
+	}
+	return s.startExec(ctx, c, e)
+}
+
+// startInit runs the init. A process that exits at once (/bin/true) can be reaped before runc
+// start returns: its exit is held until TaskStart is out, then handled, exactly once.
+func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartResponse, error) {
+	pid := c.init.Pid()
+	s.mu.Lock()
+	s.starting[pid] = nil
+	s.mu.Unlock()
+	err := c.init.Start(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.cfg.Events.Publish(events.TopicStart, &eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(pid)})
+	}
+	held := s.starting[pid]
+	delete(s.starting, pid)
+	for _, x := range held {
+		s.handleExit(x)
+	}
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
+}
+
+// startExec runs an exec. Its pid is known only once runc exec returns, and by then the process
+// may have exited and been reaped: exits of unknown pids are kept while exec starts are in
+// flight, and claimed here.
+func (s *Service) startExec(ctx context.Context, c *container, e *process.Exec) (*taskapi.StartResponse, error) {
+	s.mu.Lock()
+	s.execStarts++
+	s.mu.Unlock()
+	err := e.Start(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.execStarts--
+	defer func() {
+		if s.execStarts == 0 {
+			s.unclaimed = nil // whatever is left was an orphan the shim adopted
+		}
+	}()
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	pid := e.Pid()
+	s.cfg.Events.Publish(events.TopicExecStarted, &eventstypes.TaskExecStarted{ContainerID: c.id, ExecID: e.ID(), Pid: uint32(pid)})
+	c.runningExecs++
+	s.running[pid] = running{c: c, exec: e}
+	for i, x := range s.unclaimed {
+		if x.Pid == pid {
+			s.unclaimed = append(s.unclaimed[:i], s.unclaimed[i+1:]...)
+			s.handleExit(x)
+			break
+		}
+	}
+	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
+}
+
+// HandleExits turns reaped pids into process exits until ctx ends.
+func (s *Service) HandleExits(ctx context.Context, q *reaper.Queue) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.Ready():
+		}
+		for _, x := range q.Take() {
+			s.mu.Lock()
+			if held, ok := s.starting[x.Pid]; ok {
+				s.starting[x.Pid] = append(held, x)
+			} else {
+				s.handleExit(x)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// handleExit records x for the process it belongs to. Call with mu held.
+func (s *Service) handleExit(x reaper.Exit) {
+	r, ok := s.running[x.Pid]
+	if !ok {
+		if s.execStarts > 0 {
+			s.unclaimed = append(s.unclaimed, x)
+		}
+		return
+	}
+	delete(s.running, x.Pid)
+	c := r.c
+	if r.exec != nil {
+		s.exited(c, r.exec.ID(), x, r.exec.SetExited)
+		c.runningExecs--
+		if c.runningExecs == 0 && c.pendingInitExit != nil {
+			pending := *c.pendingInitExit
+			c.pendingInitExit = nil
+			s.initExited(c, pending)
+		}
+		return
+	}
+	if c.runningExecs > 0 {
+		// The execs die with the init's pid namespace; their exits come first. Make sure of it
+		// for execs that do not share that fate.
+		c.pendingInitExit = &x
+		for _, e := range c.execs {
+			if e.Status() == task.Status_RUNNING {
+				_ = e.Kill(context.Background(), 9)
+			}
+		}
+		return
+	}
+	s.initExited(c, x)
+}
+
+func (s *Service) initExited(c *container, x reaper.Exit) {
+	// Before the event: whoever learns of the exit may delete the task at once, and the record
+	// must already be there should the shim die in between.
+	if err := writeExitFile(c.init.Bundle, x); err != nil {
+		s.cfg.Log.Error("record exit", "id", c.id, "err", err)
+	}
+	s.exited(c, c.id, x, c.init.SetExited)
+}
+
+func (s *Service) exited(c *container, id string, x reaper.Exit, set func(int, time.Time)) {
+	set(x.Status, x.At)
+	s.cfg.Log.Info("exited", "id", c.id, "process", id, "pid", x.Pid, "status", x.Status)
+	s.cfg.Events.Publish(events.TopicExit, &eventstypes.TaskExit{
+		ContainerID: c.id, ID: id, Pid: uint32(x.Pid), ExitStatus: uint32(x.Status), ExitedAt: timestamppb.New(x.At),
+	})
+}
+
+// Delete removes an exec, or a whole container once its init has stopped.
+func (s *Service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskapi.DeleteResponse, error) {
+	c, e, err := s.lookup(r.ID, r.ExecID)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if e != nil {
+		if err := e.Delete(ctx); err != nil {
+			return nil, rpcError(err)
+		}
+		s.mu.Lock()
+		delete(c.execs, e.ID())
+		s.mu.Unlock()
+		return deleteResponse(e.Pid(), e.Exited()), nil
+	}
+	p := c.init
+	s.mu.Lock()
+	if c.runningExecs > 0 {
+		s.mu.Unlock()
+		return nil, rpcError(fmt.Errorf("task %s still has %d running execs: %w", c.id, c.runningExecs, errdefs.ErrFailedPrecondition))
+	}
+	s.mu.Unlock()
+	if err := p.Delete(ctx); err != nil {
+		return nil, rpcError(err)
+	}
+	// A created task's init was killed by runc delete; its exit comes through the reap loop.
+	select {
+	case <-p.Done():
+	case <-time.After(5 * time.Second):
+		s.cfg.Log.Warn("deleted task's exit not seen", "id", c.id, "pid", p.Pid())
+	}
+	s.mu.Lock()
+	delete(s.containers, c.id)
+	delete(s.running, p.Pid())
+	resp := deleteResponse(p.Pid(), p.Exited())
+	s.cfg.Events.Publish(events.TopicDelete, &eventstypes.TaskDelete{
+		ContainerID: c.id, ID: c.id, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt,
+	})
+	s.mu.Unlock()
+	s.cfg.Log.Info("deleted", "id", c.id)
+	return resp, nil
+}
+
+func deleteResponse(pid int, x *process.Exit) *taskapi.DeleteResponse {
+	if x == nil {
+		// Never seen to exit: what containerd reports for a process it had to kill.
+		return &taskapi.DeleteResponse{Pid: uint32(pid), ExitStatus: 128 + 9, ExitedAt: timestamppb.Now()}
+	}
+	return &taskapi.DeleteResponse{Pid: uint32(pid), ExitStatus: uint32(x.Status), ExitedAt: timestamppb.New(x.At)}
+}
+
+// Exec adds an exec process to a running container; Start runs it.
+func (s *Service) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*emptypb.Empty, error) {
+	if err := process.ValidateID("exec id", r.ExecID); err != nil {
+		return nil, rpcError(err)
+	}
+	spec, err := process.ParseProcessSpec(r.Spec)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	c, _, err := s.lookup(r.ID, "")
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	e, err := c.init.NewExec(r.ExecID, spec, stdio.Config{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal})
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, taken := c.execs[r.ExecID]; taken {
+		return nil, rpcError(fmt.Errorf("exec %s in task %s: %w", r.ExecID, r.ID, errdefs.ErrAlreadyExists))
+	}
+	c.execs[r.ExecID] = e
+	s.cfg.Events.Publish(events.TopicExecAdded, &eventstypes.TaskExecAdded{ContainerID: r.ID, ExecID: r.ExecID})
+	return &emptypb.Empty{}, nil
+}
+
+// processOf is the init, or the exec named by execID.
+type proc interface {
+	ID() string
+	Pid() int
+	Status() task.Status
+	Stdio() stdio.Config
+	Exited() *process.Exit
+	Wait(context.Context) (process.Exit, error)
+	Resize(w, h uint32) error
+	CloseIO() error
+}
+
+func (s *Service) proc(id, execID string) (*container, proc, error) {
+	c, e, err := s.lookup(id, execID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if e != nil {
+		return c, e, nil
+	}
+	return c, c.init, nil
+}
+
+// State reports what the shim knows of a process, without asking runc.
+func (s *Service) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.StateResponse, error) {
+	c, p, err := s.proc(r.ID, r.ExecID)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	io := p.Stdio()
+	resp := &taskapi.StateResponse{
+		ID: p.ID(), Bundle: c.init.Bundle, Pid: uint32(p.Pid()), Status: p.Status(),
+		Stdin: io.Stdin, Stdout: io.Stdout, Stderr: io.Stderr, Terminal: io.Terminal, ExecID: r.ExecID,
+	}
+	if resp.Status == task.Status_UNKNOWN {
+		return nil, rpcError(fmt.Errorf("process %s: %w", p.ID(), errdefs.ErrNotFound))
+	}
+	if x := p.Exited(); x != nil {
+		resp.ExitStatus, resp.ExitedAt = uint32(x.Status), timestamppb.New(x.At)
+	}
+	return resp, nil
+}
+
+// Wait blocks until the process has exited.
+func (s *Service) Wait(ctx context.Context, r *taskapi.WaitRequest) (*taskapi.WaitResponse, error) {
+	_, p, err := s.proc(r.ID, r.ExecID)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	x, err := p.Wait(ctx)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return &taskapi.WaitResponse{ExitStatus: uint32(x.Status), ExitedAt: timestamppb.New(x.At)}, nil
+}
+
+// Kill signals the init (with all, every process of the container) or an exec.
+func (s *Service) Kill(ctx context.Context, r *taskapi.KillRequest) (*emptypb.Empty, error) {
+	if r.Signal == 0 || r.Signal > 64 {
+		return nil, rpcError(fmt.Errorf("signal %d is not a signal: %w", r.Signal, errdefs.ErrInvalidArgument))
+	}
+	c, e, err := s.lookup(r.ID, r.ExecID)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if e != nil {
+		err = e.Kill(ctx, r.Signal)
+	} else {
+		err = c.init.Kill(ctx, r.Signal, r.All)
+	}
+	return &emptypb.Empty{}, rpcError(err)
+}
+
+// Pids lists the container's processes, naming the execs among them.
+func (s *Service) Pids(ctx context.Context, r *taskapi.PidsRequest) (*taskapi.PidsResponse, error) {
+	c, _, err := s.lookup(r.ID, "")
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	pids, err := c.init.Pids(ctx)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	execs := map[int]string{}
+	s.mu.Lock()
+	for id, e := range c.execs {
+		execs[e.Pid()] = id
+	}
+	s.mu.Unlock()
+	resp := &taskapi.PidsResponse{}
+	for _, pid := range pids {
+		info := &task.ProcessInfo{Pid: uint32(pid)}
+		if id, ok := execs[pid]; ok {
+			a, err := typeurl.MarshalAnyToProto(&options.ProcessDetails{ExecID: id})
+			if err != nil {
+				return nil, rpcError(err)
+			}
+			info.Info = a
+		}
+		resp.Processes = append(resp.Processes, info)
+	}
+	return resp, nil
+}
+
+// Pause freezes the container.
+func (s *Service) Pause(ctx context.Context, r *taskapi.PauseRequest) (*emptypb.Empty, error) {
+	c, _, err := s.lookup(r.ID, "")
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if err := c.init.Pause(ctx); err != nil {
+		return nil, rpcError(err)
+	}
+	s.cfg.Events.Publish(events.TopicPaused, &eventstypes.TaskPaused{ContainerID: c.id})
+	return &emptypb.Empty{}, nil
+}
+
+// Resume thaws the container.
+func (s *Service) Resume(ctx context.Context, r *taskapi.ResumeRequest) (*emptypb.Empty, error) {
+	c, _, err := s.lookup(r.ID, "")
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if err := c.init.Resume(ctx); err != nil {
+		return nil, rpcError(err)
+	}
+	s.cfg.Events.Publish(events.TopicResumed, &eventstypes.TaskResumed{ContainerID: c.id})
+	return &emptypb.Empty{}, nil
+}
+
+// Checkpoint dumps the container with CRIU.
+func (s *Service) Checkpoint(ctx context.Context, r *taskapi.CheckpointTaskRequest) (*emptypb.Empty, error) {
+	c, _, err := s.lookup(r.ID, "")
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	o, err := process.ParseCheckpointOptions(r.Options)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	image := r.Path
+	if o.ImagePath != "" {
+		image = o.ImagePath
+	}
+	if image == "" || !filepath.IsAbs(image) {
+		return nil, rpcError(fmt.Errorf("checkpoint needs an absolute image path: %w", errdefs.ErrInvalidArgument))
+	}
+	err = c.init.Checkpoint(ctx, process.CheckpointConfig{
+		ImagePath: image, WorkDir: o.WorkPath, Exit: o.Exit, AllowOpenTCP: o.OpenTcp,
+		AllowExternalUnix: o.ExternalUnixSockets, AllowTerminal: o.Terminal, FileLocks: o.FileLocks,
+		EmptyNamespaces: o.EmptyNamespaces,
+	})
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	s.cfg.Events.Publish(events.TopicCheckpointed, &eventstypes.TaskCheckpointed{ContainerID: c.id, Checkpoint: image})
+	return &emptypb.Empty{}, nil
+}
+
+// Update applies new resource limits.
+func (s *Service) Update(ctx context.Context, r *taskapi.UpdateTaskRequest) (*emptypb.Empty, error) {
+	c, _, err := s.lookup(r.ID, "")
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	res, err := process.ParseResources(r.Resources)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return &emptypb.Empty{}, rpcError(c.init.Update(ctx, res))
+}
+
+// ResizePty resizes the terminal of the init or an exec.
+func (s *Service) ResizePty(ctx context.Context, r *taskapi.ResizePtyRequest) (*emptypb.Empty, error) {
+	_, p, err := s.proc(r.ID, r.ExecID)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return &emptypb.Empty{}, rpcError(p.Resize(r.Width, r.Height))
+}
+
+// CloseIO closes the process's stdin.
+func (s *Service) CloseIO(ctx context.Context, r *taskapi.CloseIORequest) (*emptypb.Empty, error) {
+	_, p, err := s.proc(r.ID, r.ExecID)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if !r.Stdin {
+		return &emptypb.Empty{}, nil
+	}
+	return &emptypb.Empty{}, rpcError(p.CloseIO())
+}
+
+// Stats is not served yet: the cgroup metrics arrive with the cgroups room.
+func (s *Service) Stats(ctx context.Context, r *taskapi.StatsRequest) (*taskapi.StatsResponse, error) {
+	if _, _, err := s.lookup(r.ID, ""); err != nil {
+		return nil, rpcError(err)
+	}
+	return nil, rpcError(fmt.Errorf("stats: %w", errdefs.ErrNotImplemented))
+}
+
+// Connect reports the shim's pid and the task's.
+func (s *Service) Connect(ctx context.Context, r *taskapi.ConnectRequest) (*taskapi.ConnectResponse, error) {
+	resp := &taskapi.ConnectResponse{ShimPid: uint32(os.Getpid()), Version: Version}
+	s.mu.Lock()
+	if c, ok := s.containers[r.ID]; ok {
+		resp.TaskPid = uint32(c.init.Pid())
+	}
+	s.mu.Unlock()
+	return resp, nil
+}
+
+// Shutdown ends the shim once its last container is gone; containerd sends it after every
+// Delete, and only the last one may end a shim that containers share.
+func (s *Service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.containers) > 0 || len(s.creating) > 0 {
+		return &emptypb.Empty{}, nil
+	}
+	s.cfg.Shutdown()
+	return &emptypb.Empty{}, nil
+}
+
+// Containers is the number of containers the service holds.
+func (s *Service) Containers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.containers)
+}
+
+// ExitRecord is exit.json: what containerd must learn of the init's exit even if the shim that
+// saw it is gone.
+type ExitRecord struct {
+	Pid        int       `json:"pid"`
+	ExitStatus int       `json:"exit_status"`
+	ExitedAt   time.Time `json:"exited_at"`
+}
+
+func writeExitFile(bundle string, x reaper.Exit) error {
+	data, err := json.Marshal(ExitRecord{Pid: x.Pid, ExitStatus: x.Status, ExitedAt: x.At})
+	if err != nil {
+		return err
+	}
+	return WriteFileNoFollow(filepath.Join(bundle, "exit.json"), data)
+}
+
+// WriteFileNoFollow replaces path atomically, never writing through a symlink: the temporary
+// file is created afresh, and the rename replaces a link at path rather than its target.
+func WriteFileNoFollow(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
