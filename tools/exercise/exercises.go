@@ -213,6 +213,172 @@ var exercises = []Exercise{
 			"not exist, then find where runc wrote the real reason in the bundle.",
 		Anchor: "exercise-034-exit-status-1-and-nothing-more",
 	},
+	{
+		// README heading: "### Exercise 04.1: a shim that adopts nothing"
+		ID:    "04.1",
+		Step:  "04-subreaper",
+		Kind:  Break,
+		Title: "never become a child subreaper",
+		Edit: &Edit{
+			File: "reaper.go",
+			Old:  "\tif err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {\n",
+			New:  "\tif err := error(nil); err != nil { // was: unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)\n",
+		},
+		Check: "TestContainerIsTheShimsChild",
+		Hint: "Predict who becomes the container's parent when runc create exits, what State reports " +
+			"after a kill (the reap loop runs, but never sees the exit), and what Delete reports.",
+		Anchor: "exercise-041-a-shim-that-adopts-nothing",
+	},
+	{
+		// README heading: "### Exercise 04.2: reap until nothing is left"
+		ID:    "04.2",
+		Step:  "04-subreaper",
+		Kind:  Build,
+		Title: "write reap and exitStatus: wait4(-1, WNOHANG) until no child is left, 128+signal",
+		Funcs: []string{"reaper.reap", "exitStatus"},
+		Check: "TestExitStatusIsCollected",
+		Hint: "Loop on unix.Wait4(-1, &ws, unix.WNOHANG, nil): retry on EINTR, stop on an error or pid 0. " +
+			"Under r.mu, a pid found in r.waiting is a runc command: send its exit on that channel; any " +
+			"other exit goes to every subscriber's queue, pushed after r.mu is released. exitStatus is the " +
+			"exit code, or 128 plus the signal for a killed process.",
+		Anchor: "exercise-042-reap-until-nothing-is-left",
+	},
+	{
+		// README heading: "### Exercise 04.3: killed is not an exit code"
+		ID:    "04.3",
+		Step:  "04-subreaper",
+		Kind:  Break,
+		Title: "report ws.ExitStatus() for a killed process too",
+		Edit: &Edit{
+			File: "reaper.go",
+			Old:  "\tif ws.Signaled() {\n\t\treturn 128 + int(ws.Signal())\n\t}\n",
+			New:  "",
+		},
+		Check: "TestExitStatusIsCollected",
+		Hint: "Predict which of the two subtests fails, and the number State reports for a container " +
+			"killed with SIGKILL: what does WaitStatus.ExitStatus return for a process that did not exit?",
+		Anchor: "exercise-043-killed-is-not-an-exit-code",
+	},
+	{
+		// README heading: "### Exercise 04.4: a monitor for runc's own exits"
+		ID:    "04.4",
+		Step:  "04-subreaper",
+		Kind:  Build,
+		Title: "write the reaper's go-runc monitor: Start, StartLocked and Wait",
+		Funcs: []string{"reaper.Start", "reaper.StartLocked", "reaper.Wait"},
+		Check: "TestManyContainersAtOnce",
+		Hint: "Start forks the command while holding r.mu and records its pid in r.waiting with a " +
+			"buffered channel, so that reap cannot look the pid up before it is there. StartLocked does " +
+			"the same from a goroutine locked to its OS thread until the exit arrives. Wait receives the " +
+			"exit from the channel, then calls c.Wait only to finish the command's I/O.",
+		Anchor: "exercise-044-a-monitor-for-runcs-own-exits",
+	},
+	{
+		// README heading: "### Exercise 05.1: one close wakes every waiter"
+		ID:    "05.1",
+		Step:  "05-wait-events",
+		Kind:  Build,
+		Title: "write Wait: block on the process's done channel or the caller's context",
+		Funcs: []string{"service.Wait"},
+		Check: "TestWaitWakesEveryWaiter",
+		Hint: "Find the process as the other RPCs do, then select on p.done and ctx.Done(); a cancelled " +
+			"context is status.FromContextError(ctx.Err()). Once done is closed, the exit is recorded: " +
+			"read it with s.exitOf and answer its status and time.",
+		Anchor: "exercise-051-one-close-wakes-every-waiter",
+	},
+	{
+		// README heading: "### Exercise 05.2: an exit before its start"
+		ID:    "05.2",
+		Step:  "05-wait-events",
+		Kind:  Break,
+		Title: "start without holding back early exits",
+		Edit: &Edit{
+			File: "service.go",
+			Old:  "\ts.starting[p.pid] = nil\n",
+			New:  "\t// s.starting[p.pid] = nil\n",
+		},
+		Check: "TestEarlyExitComesAfterStart",
+		Hint: "Predict the order of the four events for a container running /bin/true, and whether Wait " +
+			"still returns. Which of the two, Start's reply or the reap loop, reaches the service first?",
+		Anchor: "exercise-052-an-exit-before-its-start",
+	},
+	{
+		// README heading: "### Exercise 05.3: waiters that never wake"
+		ID:    "05.3",
+		Step:  "05-wait-events",
+		Kind:  Break,
+		Title: "record the exit without closing the done channel",
+		Edit: &Edit{
+			File: "runc.go",
+			Old:  "\tclose(p.done)\n",
+			New:  "\t// close(p.done)\n",
+		},
+		Check: "TestWaitWakesEveryWaiter",
+		Hint: "State and Delete still see the exit. Predict what the ten waiters see, and what a Wait " +
+			"called after the exit does.",
+		Anchor: "exercise-053-waiters-that-never-wake",
+	},
+	{
+		// README heading: "### Exercise 05.4: forward events in order"
+		ID:    "05.4",
+		Step:  "05-wait-events",
+		Kind:  Build,
+		Title: "write the publisher's loop: forward the queue in order, retry a few times, then drop",
+		Funcs: []string{"publisher.run"},
+		Check: "TestLifecycleEvents",
+		Hint: "Take the oldest envelope under p.mu without removing it; with the mutex released, dial " +
+			"(p.dial) if there is no client and forward (p.forward); on failure close the client and " +
+			"retry after a growing pause, at most maxAttempts times; then remove it from the queue. " +
+			"Sleep on p.ready when the queue is empty, and return once it is empty and closed, or when " +
+			"p.ctx ends.",
+		Anchor: "exercise-054-forward-events-in-order",
+	},
+	{
+		// README heading: "### Exercise 06.1: an exit that dies with its shim"
+		ID:    "06.1",
+		Step:  "06-reconnect",
+		Kind:  Break,
+		Title: "publish TaskExit without writing exit.json",
+		Edit: &Edit{
+			File: "service.go",
+			Old:  "\tif err := writeExitFile(p.bundle, e); err != nil {\n",
+			New:  "\tif err := error(nil); err != nil { // was: writeExitFile(p.bundle, e)\n",
+		},
+		Check: "TestExitWhileNobodyListens",
+		Hint: "Wait, State and the queued TaskExit still carry the exit. Predict what the delete action " +
+			"reports for this task if the shim is killed after the container exited and before anyone " +
+			"collected the exit.",
+		Anchor: "exercise-061-an-exit-that-dies-with-its-shim",
+	},
+	{
+		// README heading: "### Exercise 06.2: what the delete action reports"
+		ID:    "06.2",
+		Step:  "06-reconnect",
+		Kind:  Build,
+		Title: "write recoverExit: the exit a dead shim's delete action reports",
+		Funcs: []string{"recoverExit"},
+		Check: "TestDeadShimIsCleanedUp",
+		Hint: "Read exit.json from the bundle and return it when it decodes and names a pid. Otherwise " +
+			"the container was killed by runc delete --force a moment ago: the pid from init.pid, " +
+			"status 128+SIGKILL, and the current time.",
+		Anchor: "exercise-062-what-the-delete-action-reports",
+	},
+	{
+		// README heading: "### Exercise 06.3: give up on containerd"
+		ID:    "06.3",
+		Step:  "06-reconnect",
+		Kind:  Break,
+		Title: "forward each event once, and drop it if that fails",
+		Edit: &Edit{
+			File: "events.go",
+			Old:  "\t\tfor attempt := 1; ; attempt++ {\n",
+			New:  "\t\tfor attempt := 1; attempt <= 1; attempt++ { // give up after one attempt\n",
+		},
+		Check: "TestExitWhileNobodyListens",
+		Hint: "Nobody listens at TTRPC_ADDRESS while the container runs and exits. Predict which events " +
+			"reach the driver that comes back, and what would change with step 05's five attempts.",
+		Anchor: "exercise-063-give-up-on-containerd",
+	},
 }
 
 // lookup returns the exercise with the given id.
