@@ -8,6 +8,7 @@ import (
 	"os"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/ttrpc"
 	"github.com/spf13/cobra"
 )
 
@@ -82,7 +83,10 @@ func shimCommand(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if _, err := c.Task.Shutdown(cmd.Context(), &taskapi.ShutdownRequest{ID: args[0]}); err != nil {
+			// A shim may exit before its reply leaves, as the step shims do: a connection closed
+			// under the call is a shutdown too (containerd's shim client reads it so as well).
+			_, err = c.Task.Shutdown(cmd.Context(), &taskapi.ShutdownRequest{ID: args[0]})
+			if err != nil && !errors.Is(err, ttrpc.ErrClosed) {
 				return fmt.Errorf("shutdown: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "shim for %s is shutting down\n", args[0])
