@@ -25,6 +25,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
 const (
 	step04 = "steps/04-subreaper"
 	step05 = "steps/05-wait-events"
+	step06 = "steps/06-reconnect"
 	// noWaitNote is what run prints when it falls back from Wait to State.
 	noWaitNote = "note: this shim has no Wait (it arrives in step 05); exit status taken from State"
 )
@@ -506,5 +508,274 @@ func TestRunWaitsAndEventsFollowOnStep05(t *testing.T) {
 
 	if code := ev.stop(t, syscall.SIGINT); code != 0 {
 		t.Errorf("events after SIGINT: exit %d; stderr %q", code, ev.stderr.String())
+	}
+}
+
+// events starts `shimctl events` in the background and returns once it serves.
+func (s *shimctl) events() *background {
+	s.t.Helper()
+	b := s.background("events")
+	testkit.Eventually(s.t, 10*time.Second, "events never listened", func() bool {
+		return strings.Contains(b.stderr.String(), "serving events at")
+	})
+	return b
+}
+
+// drivers lists the shimctl processes of this state directory that are running: everything
+// that plays containerd towards its shims.
+func (s *shimctl) drivers() []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
+		i := slices.Index(args, "--state")
+		if args[0] == s.bin && i > 0 && i+1 < len(args) && args[i+1] == s.state && testkit.Alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// ls runs shimctl ls, which must succeed, and returns its rows by task id, each as the line's
+// fields after the id joined by single spaces ("123 456 RUNNING -").
+func (s *shimctl) ls() map[string]string {
+	s.t.Helper()
+	r := s.run("ls")
+	if r.Code != 0 || r.Stderr != "" {
+		s.t.Fatalf("ls: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	return lsRows(s.t, r.Stdout)
+}
+
+// lsRows parses the table ls prints.
+func lsRows(t *testing.T, stdout string) map[string]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if strings.Join(strings.Fields(lines[0]), " ") != "ID SHIM PID TASK PID STATUS EXIT" {
+		t.Fatalf("ls printed no header: %q", stdout)
+	}
+	rows := map[string]string{}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			t.Fatalf("ls row %q is short", l)
+		}
+		rows[f[0]] = strings.Join(f[1:], " ")
+	}
+	return rows
+}
+
+// exitRecord is a bundle's exit.json, as the step 06 shim writes it.
+type exitRecord struct {
+	Pid        int       `json:"pid"`
+	ExitStatus int       `json:"exit_status"`
+	ExitedAt   time.Time `json:"exited_at"`
+}
+
+// waitExitJSON waits for the shim to record the exit of its container in bundle/exit.json.
+func waitExitJSON(t *testing.T, bundle string) exitRecord {
+	t.Helper()
+	path := filepath.Join(bundle, "exit.json")
+	testkit.Eventually(t, 20*time.Second, "exit.json never written in "+bundle, func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
+	var r exitRecord
+	if err := json.Unmarshal([]byte(readFile(path)), &r); err != nil {
+		t.Fatalf("exit.json %q: %v", readFile(path), err)
+	}
+	return r
+}
+
+// eventLines are the lines of an events output about container id.
+func eventLines(out, id string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, " container="+id+" ") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// TestDriverRestartOnStep06 plays a containerd that dies and comes back: every driver process
+// is killed while a container runs, the container exits while none runs, and a new driver
+// finds the task, its exit, and the TaskExit event the shim kept for it. A shim killed after its
+// container exited is cleaned up by ls with the exit from exit.json.
+func TestDriverRestartOnStep06(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step06)
+	rootfs := testkit.Rootfs(t)
+	ev := s.events()
+
+	s.track("alive")
+	// sh is PID 1 of the container: only a trapped TERM reaches it, and the exit status it
+	// then has is its own, not one a cleanup could make up (137).
+	r := s.run("run", "-d", "--rootfs", rootfs, "alive", "--", "sh", "-c", `trap "exit 5" TERM; while :; do sleep 0.1; done`)
+	pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if r.Code != 0 || err != nil {
+		t.Fatalf("run -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	bundle := filepath.Join(s.namespaced, "alive")
+	shimPid := testkit.ReadPid(t, filepath.Join(bundle, "shim.pid"))
+	// The first driver takes the create and start events, so that the exit alone is queued.
+	testkit.Eventually(t, 10*time.Second, "the first events never got /tasks/start", func() bool {
+		return strings.Contains(ev.stdout.String(), " /tasks/start container=alive ")
+	})
+
+	// Every driver dies at once, as containerd does when it crashes: run -d has returned,
+	// events is the one left.
+	drivers := s.drivers()
+	if !slices.Equal(drivers, []int{ev.cmd.Process.Pid}) {
+		t.Errorf("driver processes %v, want only events (%d)", drivers, ev.cmd.Process.Pid)
+	}
+	for _, p := range drivers {
+		if p != ev.cmd.Process.Pid {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+			testkit.ExpectGone(t, p, "driver")
+		}
+	}
+	ev.stop(t, syscall.SIGKILL)
+	if !testkit.Alive(pid) {
+		t.Fatal("the container died with the driver")
+	}
+	if p, err := testkit.ProcStat(pid); err != nil || p.PPid != shimPid {
+		t.Errorf("after the driver's death the container's parent is %d (%v), want the shim %d", p.PPid, err, shimPid)
+	}
+	if got, want := s.ls()["alive"], fmt.Sprintf("%d %d RUNNING -", shimPid, pid); got != want {
+		t.Errorf("ls after the driver's death: alive is %q, want %q", got, want)
+	}
+
+	// The container exits while no driver runs: the shim must keep its exit, in the bundle and
+	// in its queue of events.
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitExitJSON(t, bundle)
+	if rec.Pid != pid || rec.ExitStatus != 5 || rec.ExitedAt.IsZero() {
+		t.Fatalf("exit.json = %+v, want pid %d, status 5", rec, pid)
+	}
+	exitedAt := rec.ExitedAt.Local().Format(time.RFC3339Nano)
+
+	ev2 := s.events()
+	exitEvent := fmt.Sprintf(" default /tasks/exit container=alive id=alive pid=%d exit_status=5 exited_at=%s", pid, exitedAt)
+	testkit.Eventually(t, 20*time.Second, "the queued exit never reached the new events", func() bool {
+		return strings.Contains(ev2.stdout.String(), exitEvent)
+	})
+	r = s.run("task", "wait", "alive")
+	if r.Code != 5 || r.Stdout != "exit status 5 at "+exitedAt+"\n" {
+		t.Errorf("task wait: exit %d, stdout %q, stderr %q; want 5 at %s", r.Code, r.Stdout, r.Stderr, exitedAt)
+	}
+	if got, want := s.ls()["alive"], fmt.Sprintf("%d %d STOPPED 5 at %s", shimPid, pid, exitedAt); got != want {
+		t.Errorf("ls after the exit: alive is %q, want %q", got, want)
+	}
+	if r := s.run("task", "delete", "alive"); r.Code != 0 || !strings.Contains(r.Stdout, "exit status 5") {
+		t.Errorf("task delete: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	testkit.ExpectGone(t, shimPid, "shim of alive")
+	s.expectNoTask("alive")
+	// The shim forwards in order and waits for its last events before it exits: with the
+	// delete in, every copy of the exit would be in too. The new driver gets the exit once,
+	// and nothing the first one had taken already.
+	lines := eventLines(ev2.stdout.String(), "alive")
+	if len(lines) != 2 || !strings.Contains(lines[0], exitEvent) || !strings.Contains(lines[1], " /tasks/delete ") {
+		t.Errorf("the new events got for alive:\n%s\nwant the exit, then the delete", strings.Join(lines, "\n"))
+	}
+
+	// A shim killed after its container exited: ls runs its delete action, which reports the
+	// exit status the shim wrote in exit.json, and nothing of the task is left.
+	s.track("dead")
+	r = s.run("run", "-d", "--rootfs", rootfs, "dead", "--", "sh", "-c", "exit 7")
+	deadPid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if r.Code != 0 || err != nil {
+		t.Fatalf("run -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	deadBundle := filepath.Join(s.namespaced, "dead")
+	rec = waitExitJSON(t, deadBundle)
+	if rec.Pid != deadPid || rec.ExitStatus != 7 {
+		t.Fatalf("exit.json = %+v, want pid %d, status 7", rec, deadPid)
+	}
+	boot, err := driver.ReadBootstrap(deadBundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadShim := testkit.ReadPid(t, filepath.Join(deadBundle, "shim.pid"))
+	if err := syscall.Kill(deadShim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testkit.ExpectGone(t, deadShim, "killed shim")
+	want := fmt.Sprintf("- %d DELETED 7 at %s", deadPid, rec.ExitedAt.Local().Format(time.RFC3339Nano))
+	if got := s.ls()["dead"]; got != want {
+		t.Errorf("ls after the shim's death: dead is %q, want %q", got, want)
+	}
+	s.expectNoTask("dead")
+	if left := testkit.RuncContainers(t, "default"); len(left) > 0 {
+		t.Errorf("runc still knows %v", left)
+	}
+	if m := testkit.Mounts(t, s.state); len(m) > 0 {
+		t.Errorf("mounts left under the state directory: %v", m)
+	}
+	if _, err := os.Lstat(boot.SocketPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead shim's socket %s is left: %v", boot.SocketPath(), err)
+	}
+	if left, _ := os.ReadDir(s.sockets); len(left) > 0 {
+		t.Errorf("sockets left in %s: %v", s.sockets, left)
+	}
+	if rows := s.ls(); len(rows) > 0 {
+		t.Errorf("a second ls still lists %v", rows)
+	}
+	if code := ev2.stop(t, syscall.SIGINT); code != 0 {
+		t.Errorf("events after SIGINT: exit %d; stderr %q", code, ev2.stderr.String())
+	}
+}
+
+// TestLsReportsWhatItCannotClean gives ls a bundle whose shim binary is gone: that bundle is
+// one line on stderr and exit 1, and the other tasks are listed all the same.
+func TestLsReportsWhatItCannotClean(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step06)
+	// A shim without a task: started, never given a container.
+	if r := s.run("shim", "start", "idle"); r.Code != 0 {
+		t.Fatalf("shim start: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(s.namespaced, "idle")); err == nil {
+			s.run("shim", "shutdown", "idle")
+			s.run("shim", "delete", "idle")
+		}
+	})
+	shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "idle", "shim.pid"))
+	broken := filepath.Join(s.namespaced, "broken")
+	if err := os.Mkdir(broken, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "shim-binary-path"), []byte("/nonexistent/shim"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r := s.run("ls")
+	if r.Code != 1 {
+		t.Errorf("ls: exit %d, want 1", r.Code)
+	}
+	oneLine(t, "ls", r.Stderr, "broken: shim is gone, and its delete failed")
+	rows := lsRows(t, r.Stdout)
+	if want := fmt.Sprintf("%d - NO TASK -", shimPid); len(rows) != 1 || rows["idle"] != want {
+		t.Errorf("ls rows %q, want idle as %q", rows, want)
+	}
+	if _, err := os.Stat(broken); err != nil {
+		t.Errorf("ls removed a bundle it could not clean up: %v", err)
+	}
+
+	// As containerd takes a shim down: Shutdown, then the delete action.
+	if r := s.run("shim", "shutdown", "idle"); r.Code != 0 {
+		t.Errorf("shim shutdown: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	testkit.ExpectGone(t, shimPid, "shim of idle")
+	if r := s.run("shim", "delete", "idle"); r.Code != 0 {
+		t.Errorf("shim delete: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }
