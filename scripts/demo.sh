@@ -98,6 +98,41 @@ wait_stopped() {
 	die "task $1 did not stop"
 }
 
+# wait_for polls a command for up to 10 seconds and ends the demo, naming what never happened,
+# if it never succeeds: the demo waits for conditions, never for a fixed time.
+wait_for() {
+	local what=$1
+	shift
+	for _ in $(seq 100); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	die "$what"
+}
+
+# running reports whether process $1 exists and has not exited: an exited shim stays a zombie
+# until whatever adopted it reaps it, which is not always soon.
+running() {
+	local stat
+	stat=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $stat != Z* ]]
+}
+exited() { ! running "$1"; }
+
+# start_events runs shimctl events in the background, its output in $1 and its notes in $1.err,
+# and returns once it serves. Not through the shimctl function: $! must be shimctl itself, not a
+# subshell, which would not pass signals on. Its note is what shows that it listens: a socket
+# file may be the stale one of an events that was killed.
+start_events() {
+	bin/shimctl --state "$state" events >"$1" 2>"$1.err" &
+	events_pid=$!
+	for _ in $(seq 100); do
+		grep -q "serving events at" "$1.err" && return 0
+		kill -0 "$events_pid" 2>/dev/null || break # it ended: its stderr says why
+		sleep 0.1
+	done
+	die "shimctl events did not start: $(cat "$1.err")"
+}
+
 say "Shim: $shim (step $step); private state in $demo"
 echo "    below, shimctl stands for: bin/shimctl --state $state --shim $shim"
 
@@ -114,8 +149,14 @@ show ps -o pid,ppid,pgid,sid,cmd -p "$$" -p "$shim_pid"
 if ((step >= 2)); then
 	say "A ttrpc round trip: the Connect RPC of the Task service"
 	show shimctl task connect hello
+	# The final shim's delete action leaves a live shim alone (several containers may share
+	# it): as containerd does, Shutdown ends the shim, and delete cleans up after it.
+	say "The Shutdown RPC ends the shim; its delete action then cleans up after it"
+	show shimctl shim shutdown hello
+	wait_for "the shim $shim_pid did not exit after Shutdown" exited "$shim_pid"
+else
+	say "The delete action stops the shim and cleans up after it"
 fi
-say "The delete action stops the shim and cleans up after it"
 show shimctl shim delete hello
 
 if ((step < 3)); then
@@ -153,23 +194,49 @@ show shimctl task delete sleeper
 
 if ((step >= 5)); then
 	say "Task events: shimctl events serves containerd's Events service, where the shim forwards them"
-	# Not through the shimctl function: $! must be shimctl itself, not a subshell, which would
-	# not pass the signal on.
-	bin/shimctl --state "$state" events >"$demo/events.out" 2>"$demo/events.err" &
-	events_pid=$!
-	for _ in $(seq 50); do
-		[[ -S $state/events.sock ]] && break
-		sleep 0.1
-	done
+	start_events "$demo/events.out"
 	rc=0
 	show shimctl run --rm evented -- sh -c 'echo an evented container; exit 0' || rc=$?
-	for _ in $(seq 50); do
-		grep -q "/tasks/delete container=evented" "$demo/events.out" && break
-		sleep 0.1
-	done
+	wait_for "the events of evented did not arrive" grep -q "/tasks/delete container=evented" "$demo/events.out"
 	stop_events
 	echo '$ shimctl events   # printed, while it ran:'
 	cat "$demo/events.out"
+fi
+
+if ((step >= 6)); then
+	say "The driver restarts in the middle of a running container; shimctl events plays the containerd that stays"
+	start_events "$demo/events-before.out"
+	echo '$ shimctl events &'
+	# sh is PID 1 of the container: it ignores signals it has no handler for, and traps TERM.
+	show shimctl run -d survivor -- sh -c 'trap "exit 5" TERM; while :; do sleep 0.1; done'
+	survivor=$state/default/survivor
+	survivor_pid=$(cat "$survivor/init.pid")
+	# Once the first driver has the start event, only what happens from here on is queued.
+	wait_for "the first events did not get the start of survivor" grep -q "/tasks/start container=survivor" "$demo/events-before.out"
+
+	say "SIGKILL the driver (shimctl events, pid $events_pid), as when containerd crashes: from now on no driver runs"
+	show kill -KILL "$events_pid"
+	wait "$events_pid" 2>/dev/null || true
+	events_pid=
+	say "The container does not notice: it still runs, and it is still the shim's child"
+	show shimctl tree survivor
+
+	say "The container exits while no driver runs: the shim writes exit.json into the bundle and keeps the TaskExit event"
+	show kill -TERM "$survivor_pid"
+	wait_for "survivor's exit was not recorded in exit.json" test -s "$survivor/exit.json"
+	show cat "$survivor/exit.json"
+	echo
+
+	say "A driver comes back: the shim forwards the exit it kept, and ls reconnects to the shim through bootstrap.json"
+	start_events "$demo/events-after.out"
+	wait_for "the queued exit of survivor did not arrive" grep -q "/tasks/exit container=survivor" "$demo/events-after.out"
+	# Shims of the containers above may still be forwarding their last events (they try for a
+	# few seconds after Shutdown): only survivor's belong to this story.
+	echo '$ shimctl events &   # has printed, about survivor:'
+	grep "container=survivor" "$demo/events-after.out"
+	show shimctl ls
+	show shimctl task delete survivor
+	stop_events
 fi
 
 say "Done: every shim and container is gone, and $demo is removed"
