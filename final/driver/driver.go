@@ -185,11 +185,16 @@ func (d *Driver) Tasks() ([]string, error) {
 
 // MountsUnder lists the mount points at or below dir, from /proc/self/mountinfo.
 func MountsUnder(dir string) ([]string, error) {
+	return MountsUnderIn("/proc/self/mountinfo", dir)
+}
+
+// MountsUnderIn is MountsUnder as a mountinfo file (of another process's mount namespace) tells.
+func MountsUnderIn(mountinfo, dir string) ([]string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open(mountinfo)
 	if err != nil {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}

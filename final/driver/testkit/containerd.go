@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shimwalk/shimwalk/final/driver"
 )
 
 // Containerd is a private containerd for one test process: its root, state, sockets and the
@@ -28,15 +30,17 @@ type Containerd struct {
 	Binary       string // the containerd executable
 	CtrBinary    string // the ctr of the same release: ctr 1.6 and 2.x differ in flags and output
 
-	env  []string // added to containerd's environment
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
+	env    []string // added to containerd's environment
+	v1Only bool     // in a mount namespace without cgroup2
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has been waited for
 }
 
 var (
 	ctdMu sync.Mutex
 	ctd   *Containerd // Debian's 1.6; guarded by ctdMu; stopped by Main
 	ctd2  *Containerd // 2.x from scripts/containerd2.sh; guarded by ctdMu; stopped by Main
+	ctdV1 *Containerd // 1.6 without cgroup2, for crun; guarded by ctdMu; stopped by Main
 )
 
 // flavour is what differs between the containerd releases the kit runs.
@@ -50,6 +54,10 @@ type flavour struct {
 	// migrates 3 in memory with a warning in its log; 3 keeps every 2.x release working).
 	configVersion int
 	disabled      []string // plugins that fail on this machine or that no test needs
+	// cgroupV1Only runs containerd, and so its shims and their runtimes, in a mount namespace
+	// of its own without the cgroup2 hierarchy. This machine mounts cgroup v1 controllers
+	// beside a cgroup2 hierarchy that holds one controller, a "hybrid" layout that crun refuses.
+	cgroupV1Only bool
 }
 
 // disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
@@ -100,6 +108,26 @@ func StartContainerd(t testing.TB) *Containerd {
 		ctr:           ctr,
 		configVersion: 2,
 		disabled:      disabled16,
+	})
+}
+
+// StartContainerdCgroupV1 is StartContainerd in a private mount namespace where only the cgroup
+// v1 hierarchies are mounted, for runtimes that refuse this machine's hybrid layout (crun). The
+// host's mounts are untouched. Mounts the shims make are in that namespace: see Mounts.
+func StartContainerdCgroupV1(t testing.TB) *Containerd {
+	t.Helper()
+	RequireRoot(t)
+	RequireCommand(t, "containerd", "ctr", "runc", "unshare")
+	bin, _ := exec.LookPath("containerd")
+	ctr, _ := exec.LookPath("ctr")
+	return startContainerd(t, &ctdV1, flavour{
+		dir:           "ctdv1",
+		namespace:     fmt.Sprintf("shimwalk-testv1-%d", os.Getpid()),
+		binary:        bin,
+		ctr:           ctr,
+		configVersion: 2,
+		disabled:      disabled16,
+		cgroupV1Only:  true,
 	})
 }
 
@@ -181,6 +209,7 @@ func startContainerd(t testing.TB, slot **Containerd, f flavour) *Containerd {
 		Binary:       f.binary,
 		CtrBinary:    f.ctr,
 		env:          f.env,
+		v1Only:       f.cgroupV1Only,
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		t.Fatal(err)
@@ -230,6 +259,12 @@ func (c *Containerd) start() error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(c.Binary, "--config", filepath.Join(c.Dir, "config.toml"))
+	if c.v1Only {
+		// unshare and then sh exec, so containerd keeps the pid the kit waits on.
+		script := `umount /sys/fs/cgroup/unified 2>/dev/null; exec "$@"`
+		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--",
+			"sh", "-c", script, "sh", c.Binary, "--config", filepath.Join(c.Dir, "config.toml"))
+	}
 	cmd.Env = append(os.Environ(), "SHIMWALK_SOCKET_DIR="+c.SocketDir, "SHIMWALK_RUNC_ROOT="+c.RuncRoot)
 	cmd.Env = append(cmd.Env, c.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -282,7 +317,7 @@ func (c *Containerd) Restart(t testing.TB) {
 func stopContainerd() {
 	ctdMu.Lock()
 	defer ctdMu.Unlock()
-	for _, c := range []**Containerd{&ctd, &ctd2} {
+	for _, c := range []**Containerd{&ctd, &ctd2, &ctdV1} {
 		if *c != nil {
 			(*c).stop()
 			*c = nil
@@ -364,4 +399,15 @@ func hasArgs(pid int, flag, value string) bool {
 		}
 	}
 	return false
+}
+
+// Mounts lists the mount points at or below dir as containerd (and its shims) see them, which
+// for StartContainerdCgroupV1 is another mount namespace than the test's.
+func (c *Containerd) Mounts(t testing.TB, dir string) []string {
+	t.Helper()
+	m, err := driver.MountsUnderIn(fmt.Sprintf("/proc/%d/mountinfo", c.cmd.Process.Pid), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

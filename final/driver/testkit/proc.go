@@ -169,3 +169,20 @@ func Events(t testing.TB, d *driver.Driver) *driver.EventServer {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// RuncContainersAt lists the containers a runc-compatible binary (runc when binary is "") knows
+// in namespace under root.
+func RuncContainersAt(t testing.TB, root, namespace, binary string) []string {
+	t.Helper()
+	if binary == "" {
+		binary = "runc"
+	}
+	r := Run(t, "", nil, binary, "--root", filepath.Join(root, namespace), "list", "-q")
+	if r.Code != 0 {
+		if strings.Contains(r.Stderr, "no such file") {
+			return nil
+		}
+		t.Fatalf("%s list: %s", binary, r.Stderr)
+	}
+	return strings.Fields(r.Stdout)
+}

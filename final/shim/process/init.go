@@ -292,10 +292,16 @@ func (p *Init) Delete(ctx context.Context) error {
 	return nil
 }
 
-// Pids lists the pids of every process in the container.
+// Pids lists the pids of every process in the container. A stopped container lists its init
+// until Delete, as the unreaped zombie it stands for: containerd 2.x, reloading its shims after
+// a restart, deletes a shim whose task lists no process as leaked, and with it the exit it
+// has not learned yet (containerd's own runc shim loses such exits).
 func (p *Init) Pids(ctx context.Context) ([]int, error) {
-	if st := p.Status(); st == deleted {
+	switch p.Status() {
+	case deleted:
 		return nil, p.stateError("pids")
+	case task.Status_STOPPED:
+		return []int{p.Pid()}, nil
 	}
 	pids, err := p.runtime.Ps(ctx, p.id)
 	if err != nil {

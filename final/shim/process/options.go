@@ -3,20 +3,27 @@
 package process
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/containerd/api/types/runc/options"
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// ParseOptions reads runtime options as containerd sends them (the runc shim's
-// containerd.runc.v1.Options, in an Any) and also returns the cgroup the shim should join. No
-// options means the defaults; options of another type are an error, not silently ignored.
+// ParseOptions reads runtime options as containerd sends them and also returns the cgroup the
+// shim should join. Two types are understood: the runc shim's containerd.runc.v1.Options, and
+// runtimeoptions.v1.Options, which containerd sends for runtimes other than runc (from a CRI
+// runtime handler's options, or ctr's --runtime-config-path) and whose TOML config carries the
+// same fields. No options means the defaults; options of another type are an error.
 func ParseOptions(a *anypb.Any) (Options, string, error) {
 	if a == nil || (a.GetTypeUrl() == "" && len(a.GetValue()) == 0) {
 		return Options{}, "", nil
@@ -25,9 +32,16 @@ func ParseOptions(a *anypb.Any) (Options, string, error) {
 	if err != nil {
 		return Options{}, "", fmt.Errorf("runtime options of type %q: %v: %w", a.GetTypeUrl(), err, errdefs.ErrInvalidArgument)
 	}
-	o, ok := v.(*options.Options)
-	if !ok {
-		return Options{}, "", fmt.Errorf("runtime options of type %q: want containerd.runc.v1.Options: %w", a.GetTypeUrl(), errdefs.ErrInvalidArgument)
+	var o *options.Options
+	switch v := v.(type) {
+	case *options.Options:
+		o = v
+	case *runtimeoptions.Options:
+		if o, err = fromConfig(v); err != nil {
+			return Options{}, "", err
+		}
+	default:
+		return Options{}, "", fmt.Errorf("runtime options of type %q: want containerd.runc.v1.Options or runtimeoptions.v1.Options: %w", a.GetTypeUrl(), errdefs.ErrInvalidArgument)
 	}
 	if strings.ContainsAny(o.BinaryName, "\x00\n") || strings.ContainsAny(o.Root, "\x00\n") {
 		return Options{}, "", fmt.Errorf("runtime options: binary name or root has a control character: %w", errdefs.ErrInvalidArgument)
@@ -38,6 +52,49 @@ func ParseOptions(a *anypb.Any) (Options, string, error) {
 		IoUID: int(o.IoUid), IoGID: int(o.IoGid),
 		CriuImagePath: o.CriuImagePath, CriuWorkPath: o.CriuWorkPath,
 	}, o.ShimCgroup, nil
+}
+
+// runcConfig is the TOML form of the runc options, as a CRI runtime handler writes them.
+type runcConfig struct {
+	BinaryName    string
+	Root          string
+	SystemdCgroup bool
+	NoPivotRoot   bool
+	NoNewKeyring  bool
+	IoUid         uint32
+	IoGid         uint32
+	CriuImagePath string
+	CriuWorkPath  string
+	ShimCgroup    string
+}
+
+// fromConfig reads the TOML config that runtimeoptions carry, inline or in a file.
+func fromConfig(r *runtimeoptions.Options) (*options.Options, error) {
+	body := r.GetConfigBody()
+	if len(body) == 0 && r.GetConfigPath() != "" {
+		path := r.GetConfigPath()
+		if !filepath.IsAbs(path) {
+			return nil, fmt.Errorf("runtime config path %q is not absolute: %w", path, errdefs.ErrInvalidArgument)
+		}
+		st, err := os.Stat(path)
+		if err != nil || !st.Mode().IsRegular() || st.Size() > 1<<20 {
+			return nil, fmt.Errorf("runtime config %s is not a readable file under 1 MiB: %w", path, errdefs.ErrInvalidArgument)
+		}
+		if body, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("read runtime config: %w", err)
+		}
+	}
+	var c runcConfig
+	dec := toml.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("runtime config: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return &options.Options{
+		BinaryName: c.BinaryName, Root: c.Root, SystemdCgroup: c.SystemdCgroup, NoPivotRoot: c.NoPivotRoot,
+		NoNewKeyring: c.NoNewKeyring, IoUid: c.IoUid, IoGid: c.IoGid, CriuImagePath: c.CriuImagePath,
+		CriuWorkPath: c.CriuWorkPath, ShimCgroup: c.ShimCgroup,
+	}, nil
 }
 
 // ParseCheckpointOptions reads Checkpoint's options (containerd.runc.v1.CheckpointOptions).
