@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package e2e runs the final shim under real containerd of both generations, Debian's 1.6 and
+// 2.x built from the module proxy (scripts/containerd2.sh), with runc and with crun, through ctr
+// exactly as an operator would.
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
+
+// env is one containerd with one runc-compatible binary.
+type env struct {
+	t      *testing.T
+	c      *testkit.Containerd
+	shim   string
+	rootfs string
+	runc   string // "" for runc, or "crun"
+	config string // the runtime config naming runc's replacement
+	prefix string // for container ids: each suite its own
+}
+
+func newEnv(t *testing.T, c *testkit.Containerd, runc, prefix string) *env {
+	testkit.RequireCommand(t, "runc", "crun")
+	e := &env{t: t, c: c, shim: testkit.Binary(t, "final/cmd/containerd-shim-shimwalk-v2"), rootfs: testkit.Rootfs(t), runc: runc, prefix: prefix}
+	if runc != "" {
+		// ctr passes --runc-binary only to io.containerd.runc.v2; for any other runtime the
+		// options travel as a runtime config file, as a CRI runtime handler's would.
+		e.config = filepath.Join(testkit.TempDir(t), "runtime.toml")
+		if err := os.WriteFile(e.config, []byte("BinaryName = \""+runc+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// id is a container id unique to this suite.
+func (e *env) id(name string) string { return e.prefix + "-" + name }
+
+// runArgs is `ctr run` with the shim, the runtime binary and flags, all before --rootfs, whose
+// path is positional.
+func (e *env) runArgs(flags ...string) []string {
+	args := append([]string{"run", "--runtime", e.shim}, flags...)
+	if e.config != "" {
+		args = append(args, "--runtime-config-path", e.config)
+	}
+	return append(args, "--rootfs", e.rootfs)
+}
+
+func (e *env) ctr(args ...string) testkit.Result {
+	e.t.Helper()
+	return e.c.Ctr(e.t, args...)
+}
+
+// cleanup removes a container whatever state it is in.
+func (e *env) cleanup(ids ...string) {
+	e.t.Cleanup(func() {
+		for _, id := range ids {
+			e.c.Ctr(e.t, "task", "kill", "-s", "KILL", id)
+			e.c.Ctr(e.t, "task", "delete", "--force", id)
+			e.c.Ctr(e.t, "container", "delete", id)
+		}
+	})
+}
+
+// waitStatus polls `ctr task ls` until id shows status.
+func (e *env) waitStatus(id, status string) {
+	e.t.Helper()
+	var ls testkit.Result
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if ls = e.ctr("task", "ls"); hasRow(ls.Stdout, id, status) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s never became %s; ctr task ls:\n%s%s", id, status, ls.Stdout, ls.Stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// noShimLeft waits until no shim serves id any more.
+func (e *env) noShimLeft(id string) {
+	e.t.Helper()
+	testkit.Eventually(e.t, 10*time.Second, "a shim is left for "+id, func() bool { return len(e.c.Shims(id)) == 0 })
+}
+
+// hasRow reports whether some line of out has all of words as fields.
+func hasRow(out string, words ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		fields := " " + strings.Join(strings.Fields(line), " ") + " "
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(fields, " "+w+" ")
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+func binaryName(runc string) string {
+	if runc == "" {
+		return "runc"
+	}
+	return runc
+}
+
+var exitStatus = func(n string) *regexp.Regexp { return regexp.MustCompile(`exit (code|status) ` + n + `\b`) }
+
+// suite is everything an operator does with a runtime, on one containerd.
+func suite(t *testing.T, e *env) {
+	t.Run("RunRm", e.testRunRm)
+	t.Run("ExecAndPs", e.testExecAndPs)
+	t.Run("PauseResume", e.testPauseResume)
+	t.Run("KillDelete", e.testKillDelete)
+	t.Run("Terminal", e.testTerminal)
+	t.Run("LogURI", e.testLogURI)
+	t.Run("Group", e.testGroup)
+	t.Run("Restart", e.testRestart)
+	t.Run("NothingLeft", e.testNothingLeft)
+}
+
+func (e *env) sub(t *testing.T) *env {
+	c := *e
+	c.t = t
+	return &c
+}
+
+func (e *env) testRunRm(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("rm")
+	e.cleanup(id)
+	r := e.ctr(append(e.runArgs("--rm"), id, "/bin/sh", "-c", "echo out; echo err >&2; exit 3")...)
+	if r.Code != 3 || r.Stdout != "out\n" || !strings.Contains(r.Stderr, "err\n") {
+		t.Errorf("ctr run --rm: exit %d, stdout %q, stderr %q; want 3, out, err", r.Code, r.Stdout, r.Stderr)
+	}
+	e.noShimLeft(id)
+}
+
+func (e *env) testExecAndPs(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("exec")
+	e.cleanup(id)
+	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
+		t.Fatalf("ctr run -d: %s", r.Stderr)
+	}
+	// The runtime options reached runc's replacement: the container is in its state, not runc's.
+	if known := testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc); !slices.Contains(known, id) {
+		t.Errorf("%s does not know %s: %v", binaryName(e.runc), id, known)
+	}
+	r := e.ctr("task", "exec", "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
+	if r.Code != 4 || r.Stdout != "in-exec\n" {
+		t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
+	}
+	// A detached exec shows up in ps with its exec id.
+	if r := e.ctr("task", "exec", "-d", "--exec-id", "bg", id, "/bin/sleep", "100"); r.Code != 0 {
+		t.Fatalf("ctr task exec -d: %s", r.Stderr)
+	}
+	var ps testkit.Result
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last ctr task ps: %q %q", ps.Stdout, ps.Stderr)
+		}
+	})
+	testkit.Eventually(t, 10*time.Second, "ctr task ps never listed the exec bg", func() bool {
+		ps = e.ctr("task", "ps", id)
+		// containerd 1.6's ctr prints the details Go-style, 2.x's as protobuf text.
+		return regexp.MustCompile(`(ExecID:|exec_id:\s*")bg\b`).MatchString(ps.Stdout)
+	})
+	// An exec id is taken until that exec is deleted.
+	if r := e.ctr("task", "exec", "-d", "--exec-id", "bg", id, "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "already exists") {
+		t.Errorf("a second exec with the id bg: exit %d, %q; want already exists", r.Code, r.Stderr)
+	}
+	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
+		t.Fatal(r.Stderr)
+	}
+	e.waitStatus(id, "STOPPED")
+	if r := e.ctr("task", "delete", id); r.Code != 0 {
+		t.Fatalf("ctr task delete: %s", r.Stderr)
+	}
+	e.ctr("container", "delete", id)
+	e.noShimLeft(id)
+}
+
+func (e *env) testPauseResume(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("pause")
+	e.cleanup(id)
+	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
+		t.Fatalf("ctr run -d: %s", r.Stderr)
+	}
+	if r := e.ctr("task", "pause", id); r.Code != 0 {
+		t.Fatalf("ctr task pause: %s", r.Stderr)
+	}
+	e.waitStatus(id, "PAUSED")
+	if r := e.ctr("task", "resume", id); r.Code != 0 {
+		t.Fatalf("ctr task resume: %s", r.Stderr)
+	}
+	e.waitStatus(id, "RUNNING")
+}
+
+func (e *env) testKillDelete(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("kill")
+	e.cleanup(id)
+	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
+		t.Fatalf("ctr run -d: %s", r.Stderr)
+	}
+	e.waitStatus(id, "RUNNING")
+	if r := e.ctr("task", "delete", id); r.Code == 0 {
+		t.Errorf("ctr task delete of a running task succeeded")
+	}
+	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
+		t.Fatalf("ctr task kill: %s", r.Stderr)
+	}
+	e.waitStatus(id, "STOPPED")
+	r := e.ctr("task", "delete", id)
+	if r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
+		t.Errorf("ctr task delete: exit %d, %q; want exit status 137", r.Code, r.Stdout+r.Stderr)
+	}
+	e.ctr("container", "delete", id)
+	e.noShimLeft(id)
+}
+
+func (e *env) testLogURI(t *testing.T) {
+	e = e.sub(t)
+	dir := testkit.TempDir(t)
+	// A logging binary as containerd runs one: stdout on fd 3, stderr on fd 4, fd 5 closed when
+	// ready (here before anything else, so that no child inherits it), the URI's query as
+	// arguments.
+	logger := filepath.Join(dir, "logger.sh")
+	script := "#!/bin/sh\nexec 5>&-\ncat <&3 >\"$2.out\" & cat <&4 >\"$2.err\" &\nwait\n"
+	if err := os.WriteFile(logger, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(dir, "binary")
+	id := e.id("logbin")
+	e.cleanup(id)
+	r := e.ctr(append(e.runArgs("--rm", "--log-uri", "binary://"+logger+"?to="+base), id, "/bin/sh", "-c", "echo to-binary; echo err-binary >&2")...)
+	if r.Code != 0 {
+		t.Fatalf("ctr run --log-uri binary://: exit %d: %s", r.Code, r.Stderr)
+	}
+	testkit.Eventually(t, 10*time.Second, "the logging binary got the output", func() bool {
+		out, _ := os.ReadFile(base + ".out")
+		errOut, _ := os.ReadFile(base + ".err")
+		return string(out) == "to-binary\n" && string(errOut) == "err-binary\n"
+	})
+
+	logFile := filepath.Join(dir, "file.log")
+	id = e.id("logfile")
+	e.cleanup(id)
+	r = e.ctr(append(e.runArgs("--rm", "--log-uri", "file://"+logFile), id, "/bin/sh", "-c", "echo to-file")...)
+	if r.Code != 0 {
+		t.Fatalf("ctr run --log-uri file://: exit %d: %s", r.Code, r.Stderr)
+	}
+	if data, err := os.ReadFile(logFile); err != nil || string(data) != "to-file\n" {
+		t.Errorf("log file has %q, %v; want to-file", data, err)
+	}
+}
+
+func (e *env) testGroup(t *testing.T) {
+	e = e.sub(t)
+	a, b := e.id("grp-a"), e.id("grp-b")
+	e.cleanup(a, b)
+	group := "io.containerd.shimwalk.v2.group=" + e.id("pod")
+	for _, id := range []string{a, b} {
+		if r := e.ctr(append(e.runArgs("-d", "--annotation", group), id, "/bin/sleep", "100")...); r.Code != 0 {
+			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
+		}
+	}
+	e.waitStatus(a, "RUNNING")
+	e.waitStatus(b, "RUNNING")
+	shims := e.c.Shims(a)
+	if len(shims) != 1 || len(e.c.Shims(b)) != 0 {
+		t.Fatalf("shims for %s: %v, for %s: %v; want one shim, started for the first", a, shims, b, e.c.Shims(b))
+	}
+	for _, id := range []string{a, b} {
+		pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
+		if p, err := testkit.ProcStat(pid); err != nil || p.PPid != shims[0] {
+			t.Errorf("%s (pid %d) is not a child of the group's shim %d", id, pid, shims[0])
+		}
+	}
+	// Deleting the first container leaves the shim to the second.
+	for i, id := range []string{a, b} {
+		e.ctr("task", "kill", "-s", "KILL", id)
+		e.waitStatus(id, "STOPPED")
+		if r := e.ctr("task", "delete", id); r.Code != 0 {
+			t.Fatalf("ctr task delete %s: %s", id, r.Stderr)
+		}
+		e.ctr("container", "delete", id)
+		if i == 0 && !testkit.Alive(shims[0]) {
+			t.Fatalf("the shim went with the first container of its group")
+		}
+	}
+	testkit.ExpectGone(t, shims[0], "the group's shim after its last container")
+}
+
+// testRestart kills containerd under a running container and under one that exits while
+// containerd is down: after the restart containerd finds the first running and learns the
+// second's exit.
+func (e *env) testRestart(t *testing.T) {
+	e = e.sub(t)
+	running, exiting := e.id("stays"), e.id("exits")
+	e.cleanup(running, exiting)
+	for _, id := range []string{running, exiting} {
+		if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
+			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
+		}
+	}
+	shims := map[string][]int{running: e.c.Shims(running), exiting: e.c.Shims(exiting)}
+	e.c.Kill(t)
+	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(exiting), "init.pid"))
+	syscall.Kill(pid, syscall.SIGKILL)
+	testkit.Eventually(t, 10*time.Second, "exit.json never written", func() bool {
+		_, err := os.Stat(filepath.Join(e.c.Bundle(exiting), "exit.json"))
+		return err == nil
+	})
+	e.c.Restart(t)
+	for id, before := range shims {
+		if after := e.c.Shims(id); len(before) != 1 || len(after) != 1 || after[0] != before[0] {
+			t.Errorf("%s: shims before the restart %v, after %v", id, before, after)
+		}
+	}
+	e.waitStatus(running, "RUNNING")
+	e.waitStatus(exiting, "STOPPED")
+	if r := e.ctr("task", "delete", exiting); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
+		t.Errorf("ctr task delete %s: exit %d, %q", exiting, r.Code, r.Stdout+r.Stderr)
+	}
+	e.ctr("task", "kill", "-s", "KILL", running)
+	e.waitStatus(running, "STOPPED")
+	if r := e.ctr("task", "delete", running); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
+		t.Errorf("ctr task delete %s: exit %d, %q", running, r.Code, r.Stdout+r.Stderr)
+	}
+	for _, id := range []string{running, exiting} {
+		e.ctr("container", "delete", id)
+		e.noShimLeft(id)
+	}
+}
+
+// testNothingLeft checks, after the suite, that no container of it left a trace.
+func (e *env) testNothingLeft(t *testing.T) {
+	e = e.sub(t)
+	testkit.Eventually(t, 10*time.Second, "shims left", func() bool { return len(e.c.Shims("")) == 0 })
+	state := filepath.Join(e.c.Dir, "state", "io.containerd.runtime.v2.task", e.c.Namespace)
+	if entries, _ := os.ReadDir(state); len(entries) > 0 {
+		t.Errorf("bundles left: %v", entries)
+	}
+	if m := e.c.Mounts(t, e.c.Dir); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	if entries, _ := os.ReadDir(e.c.SocketDir); len(entries) > 0 {
+		t.Errorf("sockets left: %v", entries)
+	}
+	for _, id := range testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc) {
+		if strings.HasPrefix(id, e.prefix+"-") {
+			t.Errorf("%s left in %s's state", id, e.runc)
+		}
+	}
+}
+
+func TestContainerd16(t *testing.T) {
+	suite(t, newEnv(t, testkit.StartContainerd(t), "", "c16"))
+}
+
+// TestContainerd16Crun runs crun as BinaryName. crun refuses this machine's cgroup layout (v1
+// controllers beside a cgroup2 hierarchy that holds one), so its containerd runs in a mount
+// namespace with the v1 hierarchies only.
+func TestContainerd16Crun(t *testing.T) {
+	suite(t, newEnv(t, testkit.StartContainerdCgroupV1(t), "crun", "c16crun"))
+}
+
+func TestContainerd2(t *testing.T) {
+	suite(t, newEnv(t, testkit.StartContainerd2(t), "", "c2"))
+}
