@@ -56,6 +56,11 @@ func serve(o options) error {
 	loops.Add(2)
 	go func() { defer loops.Done(); reaper.run(ctx) }()
 
+	// Caught from here to the very end: a SIGTERM during the final flush of events below must
+	// not kill the shim with the last TaskDelete still queued.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
 	events := newPublisher(os.Getenv("TTRPC_ADDRESS"), o.namespace, logger)
 	go events.run() // ends in events.close, below
 	defer func() {
@@ -82,9 +87,6 @@ func serve(o options) error {
 	}
 	taskapi.RegisterTTRPCTaskService(srv, svc)
 
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(signals)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln) }() // ends when srv is shut down below
 	logger.Info("serving", "namespace", o.namespace, "id", o.id, "socket", path, "pid", os.Getpid())

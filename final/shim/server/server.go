@@ -66,6 +66,11 @@ func Serve(cfg Config) error {
 	loops.Add(1)
 	go func() { defer loops.Done(); r.Run(ctx) }()
 
+	// Caught from here to the very end: a SIGTERM during the final flush of events below must
+	// not kill the shim with the last TaskDelete still queued.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
 	pub := events.NewPublisher(cfg.TTRPCAddress, cfg.Namespace, cfg.Log)
 	go pub.Run() // ends in pub.Close, below
 	defer func() {
@@ -92,9 +97,6 @@ func Serve(cfg Config) error {
 	}
 	registerTask(srv, svc)
 
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(signals)
 	path := cfg.Listener.Addr().String()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, cfg.Listener) }() // ends when srv is shut down below
