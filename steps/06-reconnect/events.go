@@ -52,6 +52,7 @@ type publisher struct {
 	ready   chan struct{}     // a wake-up for run, capacity 1
 	closed  bool              // guarded by mu
 	dropped int               // events dropped since the last report; guarded by mu
+	failing bool              // the last attempt to forward failed; guarded by mu
 	done    chan struct{}     // closed when run returns
 	abort   context.CancelFunc
 	ctx     context.Context // ends run at once, queue or not
@@ -130,11 +131,13 @@ func (p *publisher) run() {
 			}
 			if client != nil {
 				if err = p.forward(client, env); err == nil {
+					p.setFailing(false)
 					break
 				}
 				client.Close()
 				client = nil
 			}
+			p.setFailing(true)
 			if attempt == 1 || attempt%30 == 0 {
 				p.log.Warn("forward event", "topic", env.Topic, "attempt", attempt, "err", err)
 			}
@@ -181,7 +184,15 @@ func (p *publisher) forward(client *ttrpc.Client, env *types.Envelope) error {
 func (p *publisher) close(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
+	failing := p.failing
 	p.mu.Unlock()
+	if failing {
+		// Nobody is taking events now; waiting would only delay the exit.
+		p.log.Warn("events not forwarded at exit", "queued", p.pending())
+		p.abort()
+		<-p.done
+		return
+	}
 	select {
 	case p.ready <- struct{}{}:
 	default:
@@ -199,4 +210,10 @@ func (p *publisher) pending() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.queue)
+}
+
+func (p *publisher) setFailing(failing bool) {
+	p.mu.Lock()
+	p.failing = failing
+	p.mu.Unlock()
 }

@@ -59,6 +59,7 @@ type Publisher struct {
 	queue   []*types.Envelope // guarded by mu
 	closed  bool              // guarded by mu
 	dropped int               // dropped since the last report; guarded by mu
+	failing bool              // the last attempt to forward failed; guarded by mu
 	ready   chan struct{}     // a wake-up for Run, capacity 1
 	done    chan struct{}     // closed when Run returns
 	ctx     context.Context   // ends Run at once, queue or not
@@ -143,11 +144,13 @@ func (p *Publisher) Run() {
 			}
 			if client != nil {
 				if err = p.forward(client, env); err == nil {
+					p.setFailing(false)
 					break
 				}
 				client.Close()
 				client = nil
 			}
+			p.setFailing(true)
 			if attempt == 1 || attempt%30 == 0 {
 				p.log.Warn("forward event", "topic", env.Topic, "attempt", attempt, "err", err)
 			}
@@ -193,8 +196,16 @@ func (p *Publisher) forward(client *ttrpc.Client, env *types.Envelope) error {
 func (p *Publisher) Close(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
+	failing := p.failing
 	p.mu.Unlock()
 	p.wake()
+	if failing {
+		// Nobody is taking events now; waiting would only delay the exit.
+		p.log.Warn("events not forwarded at exit", "queued", p.Pending())
+		p.abort()
+		<-p.done
+		return
+	}
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -209,4 +220,10 @@ func (p *Publisher) Pending() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.queue)
+}
+
+func (p *Publisher) setFailing(failing bool) {
+	p.mu.Lock()
+	p.failing = failing
+	p.mu.Unlock()
 }
