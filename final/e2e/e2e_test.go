@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,6 +126,7 @@ func suite(t *testing.T, e *env) {
 	t.Run("RunRm", e.testRunRm)
 	t.Run("ExecAndPs", e.testExecAndPs)
 	t.Run("PauseResume", e.testPauseResume)
+	t.Run("Metrics", e.testMetrics)
 	t.Run("KillDelete", e.testKillDelete)
 	t.Run("Terminal", e.testTerminal)
 	t.Run("LogURI", e.testLogURI)
@@ -210,6 +212,35 @@ func (e *env) testPauseResume(t *testing.T) {
 		t.Fatalf("ctr task resume: %s", r.Stderr)
 	}
 	e.waitStatus(id, "RUNNING")
+}
+
+// testMetrics reads a running container's cgroup metrics with ctr task metrics.
+func (e *env) testMetrics(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("metrics")
+	e.cleanup(id)
+	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sh", "-c", "sleep 100 & sleep 100 & wait")...); r.Code != 0 {
+		t.Fatalf("ctr run -d: %s", r.Stderr)
+	}
+	e.waitStatus(id, "RUNNING")
+	r := e.ctr("task", "metrics", id)
+	if r.Code != 0 {
+		t.Fatalf("ctr task metrics: %s", r.Stderr)
+	}
+	value := func(metric string) int {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(metric) + `\s+(\d+)`).FindStringSubmatch(r.Stdout)
+		if m == nil {
+			return -1
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	if v := value("memory.usage_in_bytes"); v <= 0 {
+		t.Errorf("memory.usage_in_bytes = %d, want > 0:\n%s", v, r.Stdout)
+	}
+	if v := value("pids.current"); v < 3 {
+		t.Errorf("pids.current = %d, want 3 (sh and two sleeps):\n%s", v, r.Stdout)
+	}
 }
 
 func (e *env) testKillDelete(t *testing.T) {

@@ -582,12 +582,17 @@ func (s *Service) CloseIO(ctx context.Context, r *taskapi.CloseIORequest) (*empt
 	return &emptypb.Empty{}, rpcError(p.CloseIO())
 }
 
-// Stats is not served yet: the cgroup metrics arrive with the cgroups room.
+// Stats reports the container's cgroup metrics.
 func (s *Service) Stats(ctx context.Context, r *taskapi.StatsRequest) (*taskapi.StatsResponse, error) {
-	if _, _, err := s.lookup(r.ID, ""); err != nil {
+	c, _, err := s.lookup(r.ID, "")
+	if err != nil {
 		return nil, rpcError(err)
 	}
-	return nil, rpcError(fmt.Errorf("stats: %w", errdefs.ErrNotImplemented))
+	stats, err := c.init.Stats(ctx)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return &taskapi.StatsResponse{Stats: stats}, nil
 }
 
 // Connect reports the shim's pid and the task's.
