@@ -13,6 +13,8 @@ import (
 
 	bootstrapapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 )
 
 // Bootstrap is what a shim's start tells its caller, stored as bootstrap.json in the bundle
@@ -94,13 +96,5 @@ func ReadBootstrap(bundle string) (Bootstrap, error) {
 }
 
 func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	return nil
+	return fsutil.WriteFileAtomic(path, data, 0o600)
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/server"
 	"github.com/shimwalk/shimwalk/final/shim/task"
@@ -66,10 +67,10 @@ func parseFlags(args []string) (flags, error) {
 	if f.version || f.info {
 		return f, nil
 	}
-	if err := process.ValidateID("-namespace", f.namespace); err != nil {
+	if err := identifiers.Validate("-namespace", f.namespace); err != nil {
 		return f, err
 	}
-	if err := process.ValidateID("-id", f.id); err != nil {
+	if err := identifiers.Validate("-id", f.id); err != nil {
 		return f, err
 	}
 	return f, nil

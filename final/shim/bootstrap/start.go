@@ -23,8 +23,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/shimwalk/shimwalk/final/internal/fsutil"
+	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/process"
-	"github.com/shimwalk/shimwalk/final/shim/task"
 )
 
 // DefaultSocketDir is where sockets go when neither containerd (socket_dir) nor the
@@ -87,7 +88,7 @@ func group(f flags) (string, error) {
 	}
 	for _, label := range groupLabels {
 		if g, ok := spec.Annotations[label]; ok && g != "" {
-			if err := process.ValidateID(label, g); err != nil {
+			if err := identifiers.Validate(label, g); err != nil {
 				return "", err
 			}
 			return g, nil
@@ -122,7 +123,7 @@ func start(f flags) error {
 	ln, err := listen(path)
 	if errors.Is(err, unix.EADDRINUSE) {
 		// A shim for this group already serves here: hand containerd the same address.
-		if err := task.WriteFileNoFollow("address", []byte(address)); err != nil {
+		if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
 			return err
 		}
 		return reply(req, address)
@@ -136,7 +137,7 @@ func start(f flags) error {
 		return err
 	}
 	// containerd 1.6 reads this file when it reconnects to running shims after a restart.
-	if err := task.WriteFileNoFollow("address", []byte(address)); err != nil {
+	if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
 		return err
 	}
 	return reply(req, address)
@@ -171,7 +172,7 @@ func spawn(f flags, ln *net.UnixListener, path string) error {
 	}
 	pid := cmd.Process.Pid
 	_ = cmd.Process.Release() // re-parented; it lives on
-	return task.WriteFileNoFollow("shim.pid", []byte(strconv.Itoa(pid)))
+	return fsutil.WriteFileAtomic("shim.pid", []byte(strconv.Itoa(pid)), 0o600)
 }
 
 // reply prints the address in the form the caller reads.

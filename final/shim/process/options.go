@@ -139,25 +139,3 @@ func ParseResources(a *anypb.Any) (*specs.LinuxResources, error) {
 	}
 	return &r, nil
 }
-
-// ValidateID applies containerd's identifier rule (pkg/identifiers): letters and digits,
-// joined by single '.', '_' or '-', at most 76 long. Ids name files and runc state.
-func ValidateID(what, v string) error {
-	if v == "" {
-		return fmt.Errorf("%s is required: %w", what, errdefs.ErrInvalidArgument)
-	}
-	if len(v) > 76 {
-		return fmt.Errorf("%s %.20q... is longer than 76 characters: %w", what, v, errdefs.ErrInvalidArgument)
-	}
-	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if alnum(c) {
-			continue
-		}
-		if (c != '.' && c != '_' && c != '-') || i == 0 || i == len(v)-1 || !alnum(v[i-1]) || !alnum(v[i+1]) {
-			return fmt.Errorf("%s %q is not a valid identifier: %w", what, v, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}

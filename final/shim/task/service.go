@@ -20,10 +20,11 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/shimwalk/shimwalk/final/internal/fsutil"
+	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/events"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/reaper"
@@ -99,7 +100,7 @@ func rpcError(err error) error {
 
 // lookup returns the container id and, for execID != "", its exec.
 func (s *Service) lookup(id, execID string) (*container, *process.Exec, error) {
-	if err := process.ValidateID("task id", id); err != nil {
+	if err := identifiers.Validate("task id", id); err != nil {
 		return nil, nil, err
 	}
 	s.mu.Lock()
@@ -120,7 +121,7 @@ func (s *Service) lookup(id, execID string) (*container, *process.Exec, error) {
 
 // Create makes a container: its rootfs mounted, its stdio wired, its init created by runc.
 func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*taskapi.CreateTaskResponse, error) {
-	if err := process.ValidateID("task id", r.ID); err != nil {
+	if err := identifiers.Validate("task id", r.ID); err != nil {
 		return nil, rpcError(err)
 	}
 	opts, _, err := process.ParseOptions(r.Options)
@@ -364,7 +365,7 @@ func deleteResponse(pid int, x *process.Exit) *taskapi.DeleteResponse {
 
 // Exec adds an exec process to a running container; Start runs it.
 func (s *Service) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*emptypb.Empty, error) {
-	if err := process.ValidateID("exec id", r.ExecID); err != nil {
+	if err := identifiers.Validate("exec id", r.ExecID); err != nil {
 		return nil, rpcError(err)
 	}
 	spec, err := process.ParseProcessSpec(r.Spec)
@@ -638,30 +639,5 @@ func writeExitFile(bundle string, x reaper.Exit) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileNoFollow(filepath.Join(bundle, "exit.json"), data)
-}
-
-// WriteFileNoFollow replaces path atomically, never writing through a symlink: the temporary
-// file is created afresh, and the rename replaces a link at path rather than its target.
-func WriteFileNoFollow(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	return nil
+	return fsutil.WriteFileAtomic(filepath.Join(bundle, "exit.json"), data, 0o600)
 }

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package fsutil writes the small files of a bundle (bootstrap.json, address, shim.pid,
+// exit.json) the one safe way.
+package fsutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// WriteFileAtomic replaces path with data: readers see the old file or the new one, never a
+// part. Nothing is written through a symlink: the temporary file is created afresh
+// (O_EXCL|O_NOFOLLOW), and the rename replaces a link at path rather than its target.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, perm)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
