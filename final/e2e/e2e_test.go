@@ -6,6 +6,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -131,6 +132,7 @@ func suite(t *testing.T, e *env) {
 	t.Run("Terminal", e.testTerminal)
 	t.Run("LogURI", e.testLogURI)
 	t.Run("Group", e.testGroup)
+	t.Run("ShimCgroup", e.testShimCgroup)
 	t.Run("Restart", e.testRestart)
 	t.Run("NothingLeft", e.testNothingLeft)
 }
@@ -337,6 +339,66 @@ func (e *env) testGroup(t *testing.T) {
 		}
 	}
 	testkit.ExpectGone(t, shims[0], "the group's shim after its last container")
+}
+
+// testShimCgroup names a cgroup in the runtime options: the long-lived shim runs in it.
+func (e *env) testShimCgroup(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("shimcg")
+	e.cleanup(id)
+	// Below the test process's cgroup parent, which testkit.Main removes at the end.
+	cgroup := "/shimwalk-test/" + filepath.Base(testkit.WorkDir(t)) + "/" + id
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		if err := os.MkdirAll(filepath.Join(h, cgroup), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A new v1 cpuset cgroup has no cpus and no memory nodes, and takes no process until it
+	// has: give each level its parent's.
+	cpuset := "/sys/fs/cgroup/cpuset"
+	for _, part := range strings.Split(strings.Trim(cgroup, "/"), "/") {
+		next := filepath.Join(cpuset, part)
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(cpuset, f)); err == nil {
+				os.WriteFile(filepath.Join(next, f), v, 0o644)
+			}
+		}
+		cpuset = next
+	}
+	t.Cleanup(func() {
+		for _, h := range hierarchies {
+			os.Remove(filepath.Join(h, cgroup))
+		}
+	})
+	config := filepath.Join(testkit.TempDir(t), "runtime.toml")
+	body := fmt.Sprintf("ShimCgroup = %q\n", cgroup)
+	if e.runc != "" {
+		body += fmt.Sprintf("BinaryName = %q\n", e.runc)
+	}
+	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "-d", "--runtime", e.shim, "--runtime-config-path", config, "--rootfs", e.rootfs, id, "/bin/sleep", "100"}
+	if r := e.ctr(args...); r.Code != 0 {
+		t.Fatalf("ctr run -d: %s", r.Stderr)
+	}
+	shims := e.c.Shims(id)
+	if len(shims) != 1 {
+		t.Fatalf("shims of %s: %v", id, shims)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", shims[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\d+:memory:` + regexp.QuoteMeta(cgroup) + `$`).Match(data) {
+		t.Errorf("the shim is not in %s:\n%s", cgroup, data)
+	}
+	e.ctr("task", "kill", "-s", "KILL", id)
+	e.waitStatus(id, "STOPPED")
+	e.ctr("task", "delete", id)
+	e.ctr("container", "delete", id)
+	e.noShimLeft(id)
 }
 
 // testRestart kills containerd under a running container and under one that exits while

@@ -37,8 +37,9 @@ var groupLabels = []string{"io.containerd.shimwalk.v2.group", "io.kubernetes.cri
 
 // request is what start learned from its caller.
 type request struct {
-	bootstrap bool // containerd 2.3+: BootstrapParams in, BootstrapResult out
-	socketDir string
+	bootstrap  bool // containerd 2.3+: BootstrapParams in, BootstrapResult out
+	socketDir  string
+	shimCgroup string // the ShimCgroup runtime option: where the long-lived shim goes
 }
 
 // readRequest reads start's stdin: BootstrapParams from containerd 2.3 and later, the runtime
@@ -46,15 +47,22 @@ type request struct {
 // BootstrapParams is recognised by carrying this very instance id and namespace.
 func readRequest(f flags, in []byte) (request, error) {
 	r := request{socketDir: os.Getenv("SHIMWALK_SOCKET_DIR")}
-	var params bootapi.BootstrapParams
+	var (
+		params bootapi.BootstrapParams
+		err    error
+	)
 	if len(in) > 0 && proto.Unmarshal(in, &params) == nil && params.GetInstanceID() == f.id && params.GetNamespace() == f.namespace {
 		r.bootstrap = true
 		if d := params.GetSocketDir(); d != "" {
 			r.socketDir = d
 		}
 		for _, ext := range params.GetExtensions() {
-			if _, _, err := process.ParseOptions(ext.GetValue()); err != nil {
+			_, cg, err := process.ParseOptions(ext.GetValue())
+			if err != nil {
 				return r, err
+			}
+			if cg != "" {
+				r.shimCgroup = cg
 			}
 		}
 	} else if len(in) > 0 {
@@ -62,7 +70,7 @@ func readRequest(f flags, in []byte) (request, error) {
 		if err := proto.Unmarshal(in, &opts); err != nil {
 			return r, fmt.Errorf("stdin is neither BootstrapParams nor runtime options: %w", err)
 		}
-		if _, _, err := process.ParseOptions(&opts); err != nil {
+		if _, r.shimCgroup, err = process.ParseOptions(&opts); err != nil {
 			return r, err
 		}
 	}
@@ -132,7 +140,7 @@ func start(f flags) error {
 		return err
 	}
 	defer ln.Close()
-	if err := spawn(f, ln, path); err != nil {
+	if err := spawn(f, ln, path, req.shimCgroup); err != nil {
 		os.Remove(path)
 		return err
 	}
@@ -143,8 +151,9 @@ func start(f flags) error {
 	return reply(req, address)
 }
 
-// spawn re-executes the shim to serve on ln, in a process group of its own, and records its pid.
-func spawn(f flags, ln *net.UnixListener, path string) error {
+// spawn re-executes the shim to serve on ln, in a process group of its own (and in shimCgroup,
+// when the runtime options name one), and records its pid.
+func spawn(f flags, ln *net.UnixListener, path, shimCgroup string) error {
 	file, err := ln.File()
 	if err != nil {
 		return fmt.Errorf("socket file descriptor: %w", err)
@@ -171,6 +180,13 @@ func spawn(f flags, ln *net.UnixListener, path string) error {
 		return fmt.Errorf("start long-lived shim: %w", err)
 	}
 	pid := cmd.Process.Pid
+	if shimCgroup != "" {
+		if err := process.JoinCgroup(shimCgroup, pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return err
+		}
+	}
 	_ = cmd.Process.Release() // re-parented; it lives on
 	return fsutil.WriteFileAtomic("shim.pid", []byte(strconv.Itoa(pid)), 0o600)
 }

@@ -55,3 +55,26 @@ func (p *Init) Stats(ctx context.Context) (*anypb.Any, error) {
 	}
 	return a, nil
 }
+
+// JoinCgroup moves process pid into the existing cgroup path (the ShimCgroup runtime option),
+// on cgroup v1 or v2 as the host runs them.
+func JoinCgroup(path string, pid int) error {
+	if cgroups.Mode() == cgroups.Unified {
+		m, err := cgroup2.Load(path)
+		if err != nil {
+			return fmt.Errorf("load shim cgroup %s: %w", path, err)
+		}
+		if err := m.AddProc(uint64(pid)); err != nil {
+			return fmt.Errorf("join shim cgroup %s: %w", path, err)
+		}
+		return nil
+	}
+	cg, err := cgroup1.Load(cgroup1.StaticPath(path))
+	if err != nil {
+		return fmt.Errorf("load shim cgroup %s: %w", path, err)
+	}
+	if err := cg.AddProc(uint64(pid)); err != nil {
+		return fmt.Errorf("join shim cgroup %s: %w", path, err)
+	}
+	return nil
+}
