@@ -47,13 +47,19 @@ func newEnv(t *testing.T, c *testkit.Containerd, runc, prefix string) *env {
 	return e
 }
 
+// fifoDir is where ctr makes the stdio FIFOs of this suite's containers.
+func (e *env) fifoDir() string {
+	return filepath.Join(e.c.Dir, "fifo-"+e.prefix)
+}
+
 // id is a container id unique to this suite.
 func (e *env) id(name string) string { return e.prefix + "-" + name }
 
 // runArgs is `ctr run` with the shim, the runtime binary and flags, all before --rootfs, whose
 // path is positional.
 func (e *env) runArgs(flags ...string) []string {
-	args := append([]string{"run", "--runtime", e.shim}, flags...)
+	// ctr's FIFOs go to a directory of the suite's, so that none left behind goes unnoticed.
+	args := append([]string{"run", "--runtime", e.shim, "--fifo-dir", e.fifoDir()}, flags...)
 	if e.config != "" {
 		args = append(args, "--runtime-config-path", e.config)
 	}
@@ -165,12 +171,14 @@ func (e *env) testExecAndPs(t *testing.T) {
 	if known := testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc); !slices.Contains(known, id) {
 		t.Errorf("%s does not know %s: %v", binaryName(e.runc), id, known)
 	}
-	r := e.ctr("task", "exec", "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
+	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
 	if r.Code != 4 || r.Stdout != "in-exec\n" {
 		t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
 	}
-	// A detached exec shows up in ps with its exec id.
-	if r := e.ctr("task", "exec", "-d", "--exec-id", "bg", id, "/bin/sleep", "100"); r.Code != 0 {
+	// A detached exec shows up in ps with its exec id. ctr leaves a detached exec's FIFOs for
+	// good (no ctr stays to remove them), so they go to a directory NothingLeft does not check.
+	detached := testkit.TempDir(t)
+	if r := e.ctr("task", "exec", "--fifo-dir", detached, "-d", "--exec-id", "bg", id, "/bin/sleep", "100"); r.Code != 0 {
 		t.Fatalf("ctr task exec -d: %s", r.Stderr)
 	}
 	var ps testkit.Result
@@ -185,7 +193,7 @@ func (e *env) testExecAndPs(t *testing.T) {
 		return regexp.MustCompile(`(ExecID:|exec_id:\s*")bg\b`).MatchString(ps.Stdout)
 	})
 	// An exec id is taken until that exec is deleted.
-	if r := e.ctr("task", "exec", "-d", "--exec-id", "bg", id, "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "already exists") {
+	if r := e.ctr("task", "exec", "--fifo-dir", detached, "-d", "--exec-id", "bg", id, "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "already exists") {
 		t.Errorf("a second exec with the id bg: exit %d, %q; want already exists", r.Code, r.Stderr)
 	}
 	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
@@ -379,7 +387,7 @@ func (e *env) testShimCgroup(t *testing.T) {
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"run", "-d", "--runtime", e.shim, "--runtime-config-path", config, "--rootfs", e.rootfs, id, "/bin/sleep", "100"}
+	args := []string{"run", "-d", "--runtime", e.shim, "--fifo-dir", e.fifoDir(), "--runtime-config-path", config, "--rootfs", e.rootfs, id, "/bin/sleep", "100"}
 	if r := e.ctr(args...); r.Code != 0 {
 		t.Fatalf("ctr run -d: %s", r.Stderr)
 	}
@@ -456,6 +464,10 @@ func (e *env) testNothingLeft(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(e.c.SocketDir); len(entries) > 0 {
 		t.Errorf("sockets left: %v", entries)
+	}
+	fifos, _ := filepath.Glob(filepath.Join(e.fifoDir(), "*", "*"))
+	if len(fifos) > 0 {
+		t.Errorf("FIFOs left: %v", fifos)
 	}
 	for _, id := range testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc) {
 		if strings.HasPrefix(id, e.prefix+"-") {
