@@ -100,7 +100,7 @@ func (e *Exec) Kill(ctx context.Context, signal uint32) error {
 	case task.Status_CREATED:
 		return fmt.Errorf("kill: exec %s has not started: %w", e.id, errdefs.ErrFailedPrecondition)
 	default:
-		return fmt.Errorf("%w: %w", e.stateError("kill"), errdefs.ErrNotFound)
+		return e.finished("kill")
 	}
 	// The pid is ours until the reap loop has recorded the exit, which takes mu: it cannot be
 	// a recycled pid here.

@@ -215,9 +215,8 @@ func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
 	p.mu.Lock()
 	switch p.status {
 	case deleted, task.Status_STOPPED:
-		err := p.stateError("kill")
 		p.mu.Unlock()
-		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+		return p.finished("kill")
 	}
 	p.mu.Unlock()
 	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {

@@ -139,6 +139,14 @@ func (p *base) stateError(op string) error {
 	return fmt.Errorf("%s: process %s is %s: %w", op, p.id, statusName(p.status), errdefs.ErrFailedPrecondition)
 }
 
+// finished is the error for signalling a process that has exited or was deleted: NotFound and
+// nothing else, as containerd's runc shim answers ("process already finished"). Callers such as
+// CRI's StopContainer take NotFound as "nothing left to stop"; joined with stateError's
+// FailedPrecondition, the error would travel as FailedPrecondition, the first class errgrpc finds.
+func (p *base) finished(op string) error {
+	return fmt.Errorf("%s: process %s has already finished: %w", op, p.id, errdefs.ErrNotFound)
+}
+
 func statusName(s task.Status) string {
 	switch s {
 	case task.Status_CREATED:
