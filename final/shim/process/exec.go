@@ -5,6 +5,7 @@ package process
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/containerd/containerd/api/types/task"
@@ -50,7 +51,13 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	}
 	e.mu.Unlock()
 	p := e.parent
-	opts := &runc.ExecOpts{Detach: true, PidFile: filepath.Join(p.Bundle, e.id+".pid")}
+	// Not <id>.pid: exec ids are the caller's to choose, and "init" or "shim" would replace the
+	// bundle's init.pid or shim.pid, which the delete action and containerd read once the shim
+	// is gone. Removed once read: the bundle lives in tmpfs as long as the container runs, and
+	// exec probes would leave a file there every few seconds.
+	pidFile := filepath.Join(p.Bundle, "exec-"+e.id+".pid")
+	defer os.Remove(pidFile)
+	opts := &runc.ExecOpts{Detach: true, PidFile: pidFile}
 	if e.stdio.Terminal {
 		c, err := stdio.NewConsole(e.stdio)
 		if err != nil {
