@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/errdefs"
@@ -22,6 +23,11 @@ type Exec struct {
 	base
 	parent *Init
 	spec   *specs.Process
+
+	// ops serialises Start and Delete. Without it, Starts that race each other all see the
+	// exec created and each runs a process, and a Delete during a Start deletes an exec that
+	// is about to run. Kill does not take it.
+	ops sync.Mutex
 }
 
 // NewExec prepares an exec process in the container; Start runs it. Execs are refused once
@@ -43,6 +49,8 @@ func (p *Init) NewExec(execID string, spec *specs.Process, cfg stdio.Config) (*E
 // Start runs runc exec --detach and records the pid. The process may exit before Start
 // returns; its exit is the caller's to match by pid.
 func (e *Exec) Start(ctx context.Context) (err error) {
+	e.ops.Lock()
+	defer e.ops.Unlock()
 	e.mu.Lock()
 	if e.status != task.Status_CREATED {
 		err := e.stateError("start")
@@ -120,6 +128,8 @@ func (e *Exec) Kill(ctx context.Context, signal uint32) error {
 // Delete forgets the exec process once it has exited (or never started), after its output
 // was delivered.
 func (e *Exec) Delete(ctx context.Context) error {
+	e.ops.Lock()
+	defer e.ops.Unlock()
 	e.mu.Lock()
 	if e.status != task.Status_STOPPED && e.status != task.Status_CREATED {
 		err := e.stateError("delete")
