@@ -57,6 +57,13 @@ func readRequest(f flags, in []byte) (request, error) {
 			r.socketDir = d
 		}
 		for _, ext := range params.GetExtensions() {
+			// Extensions are sections of any kind (CRI, NRI, sandbox configuration), found by
+			// type, as containerd's runc shim finds its options with FindExtension. Only the
+			// runtime options are the shim's to read and refuse; options of a type it does not
+			// know are refused by Create, which receives them again.
+			if !process.IsOptions(ext.GetValue()) {
+				continue
+			}
 			_, cg, err := process.ParseOptions(ext.GetValue())
 			if err != nil {
 				return r, err

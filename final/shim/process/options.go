@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/pelletier/go-toml/v2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -52,6 +53,13 @@ func ParseOptions(a *anypb.Any) (Options, string, error) {
 		IoUID: int(o.IoUid), IoGID: int(o.IoGid),
 		CriuImagePath: o.CriuImagePath, CriuWorkPath: o.CriuWorkPath,
 	}, o.ShimCgroup, nil
+}
+
+// IsOptions reports whether a holds runtime options of a type ParseOptions reads, judging by
+// its type URL alone.
+func IsOptions(a *anypb.Any) bool {
+	name := a.MessageName()
+	return name != "" && (name == proto.MessageName(&options.Options{}) || name == proto.MessageName(&runtimeoptions.Options{}))
 }
 
 // runcConfig is the TOML form of the runc options, as a CRI runtime handler writes them.
