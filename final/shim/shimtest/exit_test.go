@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package shimtest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+
+	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+// exitRecord is exit.json as the shim writes it in the bundle.
+type exitRecord struct {
+	Pid        int       `json:"pid"`
+	ExitStatus int       `json:"exit_status"`
+	ExitedAt   time.Time `json:"exited_at"`
+}
+
+func waitExitJSON(t *testing.T, bundle string) exitRecord {
+	t.Helper()
+	path := filepath.Join(bundle, "exit.json")
+	testkit.Eventually(t, 10*time.Second, "exit.json never written", func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatalf("exit.json %q: %v", data, err)
+	}
+	for _, name := range []string{"pid", "exit_status", "exited_at"} {
+		if _, ok := fields[name]; !ok {
+			t.Errorf("exit.json %s has no %s", data, name)
+		}
+	}
+	var r exitRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatalf("exit.json %q: %v", data, err)
+	}
+	return r
+}
+
+// sameDriver is a second driver on d's state, as a restarted containerd would be.
+func sameDriver(d *driver.Driver) *driver.Driver {
+	d2 := *d
+	return &d2
+}
+
+// TestDeadShimIsCleanedUp: a shim that saw its init exit and then died leaves exit.json, and
+// the delete action reports that exit, unmounts the rootfs and removes the runc state.
+func TestDeadShimIsCleanedUp(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "dead", testkit.TaskOptions{Args: []string{"sh", "-c", "exit 6"}, NullIO: true, Overlay: true})
+	before := time.Now()
+	pid := k.Run()
+	rec := waitExitJSON(t, k.Bundle)
+	if rec.Pid != pid || rec.ExitStatus != 6 || rec.ExitedAt.Before(before) || rec.ExitedAt.After(time.Now()) {
+		t.Errorf("exit.json = %+v, want pid %d, status 6, a time after %v", rec, pid, before)
+	}
+	if w := waitExec(t, k, ""); w.ExitStatus != 6 || !w.ExitedAt.AsTime().Equal(rec.ExitedAt) {
+		t.Errorf("Wait = %d at %v; exit.json has 6 at %v", w.ExitStatus, w.ExitedAt.AsTime(), rec.ExitedAt)
+	}
+	if m := testkit.Mounts(t, k.Bundle); len(m) == 0 {
+		t.Fatal("the overlay rootfs is not mounted: the test would prove nothing")
+	}
+	sock, err := driver.ReadBootstrap(k.Bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+
+	infos, err := sameDriver(d).Reconnect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].ID != k.ID || infos[0].TaskPid != pid || infos[0].Status != "DELETED" ||
+		infos[0].ExitStatus != 6 || !infos[0].ExitedAt.Equal(rec.ExitedAt) {
+		t.Errorf("Reconnect = %+v, want %s DELETED, pid %d, status 6 at %v", infos, k.ID, pid, rec.ExitedAt)
+	}
+	assertGone(t, k, sock.SocketPath())
+}
+
+// TestShimKilledUnderARunningContainer: with no exit.json, the delete action kills what is
+// left of the container and reports 128+SIGKILL for the pid of init.pid.
+func TestShimKilledUnderARunningContainer(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "abandoned", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true, Overlay: true})
+	pid := k.Run()
+	sock, err := driver.ReadBootstrap(k.Bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+	if !testkit.Alive(pid) {
+		t.Fatal("the container died with its shim")
+	}
+	if _, err := os.Stat(filepath.Join(k.Bundle, "exit.json")); !os.IsNotExist(err) {
+		t.Errorf("exit.json exists for a container that still runs: %v", err)
+	}
+
+	resp, err := d.DeleteShim(context.Background(), k.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(resp.Pid) != pid || resp.ExitStatus != 137 || resp.ExitedAt == nil {
+		t.Errorf("delete action = %v, want pid %d, status 137 and a time", resp, pid)
+	}
+	testkit.ExpectGone(t, pid, "container of a deleted task")
+	// Run again (containerd retries a failed cleanup), it still succeeds.
+	if _, err := d.DeleteShim(context.Background(), k.ID); err != nil {
+		t.Errorf("second delete action: %v", err)
+	}
+	if err := d.RemoveBundle(k.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, k, sock.SocketPath())
+}
+
+// assertGone checks that nothing of a task the driver cleaned up is left.
+func assertGone(t *testing.T, k *testkit.Task, socket string) {
+	t.Helper()
+	for _, id := range testkit.RuncContainers(t, k.D.Namespace) {
+		if id == k.ID {
+			t.Errorf("runc still knows %s", id)
+		}
+	}
+	if m := testkit.Mounts(t, filepath.Dir(k.Bundle)); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	for _, p := range []string{socket, k.Bundle} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind", p)
+		}
+	}
+}
+
+// TestExecPidFilesStayApart: an exec's id is the caller's choice, and the ids "init" and
+// "shim" are valid ones. Their pid files must not replace the bundle's init.pid and shim.pid,
+// which the delete action and containerd read when the shim is gone.
+func TestExecPidFilesStayApart(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "pidfiles", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	pid := k.Run()
+	for _, id := range []string{"init", "shim"} {
+		if _, err := k.Conn.Task.Exec(k.Ctx(), &taskapi.ExecProcessRequest{ID: k.ID, ExecID: id, Spec: execSpec(t, "sleep", "100")}); err != nil {
+			t.Fatalf("Exec %s: %v", id, err)
+		}
+		if _, err := k.Conn.Task.Start(k.Ctx(), &taskapi.StartRequest{ID: k.ID, ExecID: id}); err != nil {
+			t.Fatalf("Start %s: %v", id, err)
+		}
+	}
+	if got := testkit.ReadPid(t, filepath.Join(k.Bundle, "init.pid")); got != pid {
+		t.Errorf("init.pid says %d, want the init's %d", got, pid)
+	}
+	if got := testkit.ReadPid(t, filepath.Join(k.Bundle, "shim.pid")); got != k.ShimPid {
+		t.Errorf("shim.pid says %d, want the shim's %d", got, k.ShimPid)
+	}
+
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+	resp, err := d.DeleteShim(context.Background(), k.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(resp.Pid) != pid || resp.ExitStatus != 137 {
+		t.Errorf("delete action = %v, want the init's pid %d and status 137", resp, pid)
+	}
+	testkit.ExpectGone(t, pid, "container of a deleted task")
+}
