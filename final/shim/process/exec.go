@@ -117,8 +117,10 @@ func (e *Exec) Kill(ctx context.Context, signal uint32) error {
 	default:
 		return e.finished("kill")
 	}
-	// The pid is ours until the reap loop has recorded the exit, which takes mu: it cannot be
-	// a recycled pid here.
+	// Recording the exit takes mu, so a process marked running here has not been recorded as
+	// exited. It may just have been reaped, though, and its pid reused in the moment between
+	// the two: containerd's runc shim has the same window. A pidfd held from the start would
+	// close it; runc exec gives only the pid.
 	if err := unix.Kill(e.pid, unix.Signal(signal)); err != nil {
 		return fmt.Errorf("kill exec %s: %w", e.id, errdefs.ErrNotFound)
 	}
