@@ -231,7 +231,7 @@ func (c *Containerd) config(f flavour) string {
 	for _, p := range f.disabled {
 		fmt.Fprintf(&disabled, "  %q,\n", p)
 	}
-	return fmt.Sprintf(`version = %d
+	s := fmt.Sprintf(`version = %d
 root = %q
 state = %q
 disabled_plugins = [
@@ -250,6 +250,12 @@ disabled_plugins = [
   path = %q
 `, f.configVersion, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), disabled.String(),
 		c.Address, c.TTRPCAddress, filepath.Join(c.Dir, "opt"))
+	if f.configVersion >= 3 {
+		// containerd 2.3 and later hand shims a socket directory of their own (socket_dir in
+		// BootstrapParams, default /run/containerd/s), which wins over SHIMWALK_SOCKET_DIR.
+		s += fmt.Sprintf("\n[plugins.\"io.containerd.shim.v1.manager\"]\n  socket_dir = %q\n", c.SocketDir)
+	}
+	return s
 }
 
 func (c *Containerd) start() error {

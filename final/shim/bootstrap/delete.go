@@ -34,7 +34,11 @@ func deleteAction(f flags) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts := process.Options{}
+	// The runc binary and root the shim used, which the runtime options may have changed.
+	opts, err := process.LoadOptions(bundle)
+	if err != nil {
+		return err
+	}
 	if err := process.ForceDelete(ctx, opts, f.namespace, f.id, bundle); err != nil {
 		return err
 	}

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/runc/options"
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
@@ -182,4 +184,32 @@ func TestExecPidFilesStayApart(t *testing.T) {
 		t.Errorf("delete action = %v, want the init's pid %d and status 137", resp, pid)
 	}
 	testkit.ExpectGone(t, pid, "container of a deleted task")
+}
+
+// TestDeleteActionUsesTheTasksRuntimeOptions gives a task its own runc root through the runtime
+// options: the delete action, run after the shim died, must find the container there.
+func TestDeleteActionUsesTheTasksRuntimeOptions(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "ownroot", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	root := filepath.Join(testkit.TempDir(t), "runc")
+	req := k.CreateRequest()
+	req.Options = mustAny(t, &options.Options{Root: root})
+	created, err := k.Conn.Task.Create(k.Ctx(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Start()
+	if known := testkit.RuncContainersAt(t, root, d.Namespace, ""); !slices.Contains(known, k.ID) {
+		t.Fatalf("runc under the task's root does not know it: %v", known)
+	}
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+	if _, err := d.DeleteShim(context.Background(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	testkit.ExpectGone(t, int(created.Pid), "the container of the dead shim")
+	if known := testkit.RuncContainersAt(t, root, d.Namespace, ""); slices.Contains(known, k.ID) {
+		t.Errorf("runc under the task's root still knows it after the delete action")
+	}
 }

@@ -156,6 +156,10 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	if err != nil {
 		return nil, rpcError(err)
 	}
+	// For the delete action, should this shim die: it must drive the same runc and root.
+	if err := process.SaveOptions(r.Bundle, opts); err != nil {
+		s.cfg.Log.Warn("record runtime options", "id", r.ID, "err", err)
+	}
 	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
 	s.mu.Lock()
 	s.containers[r.ID] = c
