@@ -11,8 +11,9 @@ import (
 	"github.com/shimwalk/shimwalk/final/shim/bootstrap"
 )
 
-// version and revision are set with -ldflags "-X main.version=... -X main.revision=..."; a
-// `go install ...@version` build reports the module version and VCS revision instead.
+// version and revision are set with -ldflags "-X main.version=... -X main.revision=...". Without
+// them, a `go install ...@version` build reports the module version (and no revision: the
+// module proxy's zip carries no VCS data), and a build in a clone reports its VCS revision.
 var version, revision string
 
 func main() {

@@ -88,6 +88,7 @@ type Init struct {
 	opts      Options
 	rootfs    string // where the request's mounts were mounted; "" when there were none
 	monitor   runc.ProcessMonitor
+	cg        *cgroupStats // guarded by mu; looked up by the first Stats, or at Start
 
 	// ops serialises the runc calls that change the container's state, so that, say, a
 	// Delete never runs in the middle of a Start. Kill does not take it: it must always get
@@ -207,6 +208,8 @@ func (p *Init) Start(ctx context.Context) error {
 		p.status = task.Status_RUNNING
 	}
 	p.mu.Unlock()
+	// While the pid still names the init: Stats keeps working after the exit, until Delete.
+	_, _ = p.cgroup()
 	return nil
 }
 

@@ -213,3 +213,25 @@ func TestDeleteActionUsesTheTasksRuntimeOptions(t *testing.T) {
 		t.Errorf("runc under the task's root still knows it after the delete action")
 	}
 }
+
+// TestStatsOfAStoppedTask reads the metrics of a task whose init has exited but which is not
+// deleted yet: its cgroup is still there, and containerd's CRI asks for it in that window.
+func TestStatsOfAStoppedTask(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "stopped-stats", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	k.Run()
+	if _, err := k.Conn.Task.Stats(k.Ctx(), &taskapi.StatsRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Stats of a running task: %v", err)
+	}
+	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Conn.Task.Wait(k.Ctx(), &taskapi.WaitRequest{ID: k.ID}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := k.Conn.Task.Stats(k.Ctx(), &taskapi.StatsRequest{ID: k.ID})
+	if err != nil || resp.GetStats() == nil {
+		t.Errorf("Stats of a stopped task: %v, %v", resp, err)
+	}
+}
