@@ -569,28 +569,6 @@ func lsRows(t *testing.T, stdout string) map[string]string {
 	return rows
 }
 
-// exitRecord is a bundle's exit.json, as the step 06 shim writes it.
-type exitRecord struct {
-	Pid        int       `json:"pid"`
-	ExitStatus int       `json:"exit_status"`
-	ExitedAt   time.Time `json:"exited_at"`
-}
-
-// waitExitJSON waits for the shim to record the exit of its container in bundle/exit.json.
-func waitExitJSON(t *testing.T, bundle string) exitRecord {
-	t.Helper()
-	path := filepath.Join(bundle, "exit.json")
-	testkit.Eventually(t, 20*time.Second, "exit.json never written in "+bundle, func() bool {
-		_, err := os.Stat(path)
-		return err == nil
-	})
-	var r exitRecord
-	if err := json.Unmarshal([]byte(readFile(path)), &r); err != nil {
-		t.Fatalf("exit.json %q: %v", readFile(path), err)
-	}
-	return r
-}
-
 // eventLines are the lines of an events output about container id.
 func eventLines(out, id string) []string {
 	var lines []string
@@ -655,7 +633,7 @@ func TestDriverRestartOnStep06(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	rec := waitExitJSON(t, bundle)
+	rec := testkit.WaitExitRecord(t, bundle)
 	if rec.Pid != pid || rec.ExitStatus != 5 || rec.ExitedAt.IsZero() {
 		t.Fatalf("exit.json = %+v, want pid %d, status 5", rec, pid)
 	}
@@ -695,7 +673,7 @@ func TestDriverRestartOnStep06(t *testing.T) {
 		t.Fatalf("run -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	deadBundle := filepath.Join(s.namespaced, "dead")
-	rec = waitExitJSON(t, deadBundle)
+	rec = testkit.WaitExitRecord(t, deadBundle)
 	if rec.Pid != deadPid || rec.ExitStatus != 7 {
 		t.Fatalf("exit.json = %+v, want pid %d, status 7", rec, deadPid)
 	}

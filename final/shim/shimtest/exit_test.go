@@ -4,7 +4,6 @@ package shimtest
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,40 +17,6 @@ import (
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
-
-// exitRecord is exit.json as the shim writes it in the bundle.
-type exitRecord struct {
-	Pid        int       `json:"pid"`
-	ExitStatus int       `json:"exit_status"`
-	ExitedAt   time.Time `json:"exited_at"`
-}
-
-func waitExitJSON(t *testing.T, bundle string) exitRecord {
-	t.Helper()
-	path := filepath.Join(bundle, "exit.json")
-	testkit.Eventually(t, 10*time.Second, "exit.json never written", func() bool {
-		_, err := os.Stat(path)
-		return err == nil
-	})
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil {
-		t.Fatalf("exit.json %q: %v", data, err)
-	}
-	for _, name := range []string{"pid", "exit_status", "exited_at"} {
-		if _, ok := fields[name]; !ok {
-			t.Errorf("exit.json %s has no %s", data, name)
-		}
-	}
-	var r exitRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatalf("exit.json %q: %v", data, err)
-	}
-	return r
-}
 
 // sameDriver is a second driver on d's state, as a restarted containerd would be.
 func sameDriver(d *driver.Driver) *driver.Driver {
@@ -67,7 +32,7 @@ func TestDeadShimIsCleanedUp(t *testing.T) {
 	k := testkit.NewTask(t, d, "dead", testkit.TaskOptions{Args: []string{"sh", "-c", "exit 6"}, NullIO: true, Overlay: true})
 	before := time.Now()
 	pid := k.Run()
-	rec := waitExitJSON(t, k.Bundle)
+	rec := testkit.WaitExitRecord(t, k.Bundle)
 	if rec.Pid != pid || rec.ExitStatus != 6 || rec.ExitedAt.Before(before) || rec.ExitedAt.After(time.Now()) {
 		t.Errorf("exit.json = %+v, want pid %d, status 6, a time after %v", rec, pid, before)
 	}
