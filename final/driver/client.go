@@ -45,7 +45,11 @@ func (d *Driver) Connect(ctx context.Context, id string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Dial(ctx, b.Address)
+	c, err := Dial(ctx, b.Address)
+	if err == nil {
+		c.Task = d.Trace.Wrap(c.Task)
+	}
+	return c, err
 }
 
 // Close closes the connection; the shim lives on.

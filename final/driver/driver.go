@@ -35,6 +35,8 @@ type Driver struct {
 	Debug bool
 	// CgroupParent is where NewBundle puts containers' cgroups: CgroupParent/namespace/id.
 	CgroupParent string
+	// Trace, when set, records the shim's start and delete actions and, through Connect, RPCs.
+	Trace *Trace
 }
 
 // New returns a driver for state and namespace that launches shim.
@@ -109,7 +111,9 @@ func (d *Driver) StartShim(ctx context.Context, id string, options []byte) (Boot
 	cmd.Stdin = bytes.NewReader(options)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	began := time.Now()
 	out, err := cmd.Output()
+	d.Trace.Exec("start", cmd.Args, time.Since(began), out, err)
 	if err != nil {
 		return Bootstrap{}, fmt.Errorf("shim start: %w", shimError(err, stderr.Bytes()))
 	}
@@ -137,7 +141,9 @@ func (d *Driver) DeleteShim(ctx context.Context, id string) (*taskapi.DeleteResp
 	cmd := dd.command(ctx, bundle, "-id", id, "-bundle", bundle, "delete")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	began := time.Now()
 	out, err := cmd.Output()
+	d.Trace.Exec("delete", cmd.Args, time.Since(began), out, err)
 	if err != nil {
 		return nil, fmt.Errorf("shim delete: %w", shimError(err, stderr.Bytes()))
 	}

@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Recording what the driver did, for narration and sequence diagrams. containerd has no such
+// recorder; its closest relative is the ttrpc client interceptor of core/runtime/v2/shim.go,
+// which this decorator resembles, and the events it logs at debug level.
+
+package driver
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// Kinds of trace records.
+const (
+	KindExec  = "exec"  // the shim binary run with an action (start, delete)
+	KindRPC   = "rpc"   // one call of the Task service
+	KindEvent = "event" // one event the shim forwarded
+	KindExit  = "exit"  // a reaped exit, as Wait or a TaskExit event told it
+)
+
+// Record is one thing the driver did or saw. It encodes to JSON as is; durations and offsets
+// are nanoseconds.
+type Record struct {
+	Offset    time.Duration `json:"offset"` // since the trace began
+	Kind      string        `json:"kind"`
+	Name      string        `json:"name"`           // exec: the action; rpc: the method; event: the topic
+	Args      []string      `json:"args,omitempty"` // exec: the command line
+	Duration  time.Duration `json:"duration,omitempty"`
+	Reply     string        `json:"reply,omitempty"` // exec: what the shim printed, quoted unless text
+	Error     string        `json:"error,omitempty"`
+	Code      string        `json:"code,omitempty"` // rpc: the status code's name
+	Container string        `json:"container,omitempty"`
+	Pid       uint32        `json:"pid,omitempty"`
+	// ExitStatus is set on exit records only (0 is a status worth showing).
+	ExitStatus *uint32 `json:"exit_status,omitempty"`
+}
+
+// Trace records what a driver does. Its methods may be called from several goroutines; a nil
+// *Trace records nothing, so callers need not check.
+type Trace struct {
+	began  time.Time
+	notify func(Record)
+
+	mu      sync.Mutex
+	records []Record // guarded by mu
+}
+
+// NewTrace starts a trace now. notify, when not nil, is called with each record as it is
+// added, outside the trace's lock, in the adding goroutine.
+func NewTrace(notify func(Record)) *Trace {
+	return &Trace{began: time.Now(), notify: notify}
+}
+
+// Records returns a copy of every record so far, in the order they were added.
+func (t *Trace) Records() []Record {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Record(nil), t.records...)
+}
+
+// Add appends r, stamping its offset when it has none.
+func (t *Trace) Add(r Record) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if r.Offset == 0 {
+		r.Offset = time.Since(t.began)
+	}
+	t.records = append(t.records, r)
+	t.mu.Unlock()
+	if t.notify != nil {
+		t.notify(r)
+	}
+}
+
+// Exec records a run of the shim binary: its command line, how long it took, what it printed
+// on stdout, and how it failed.
+func (t *Trace) Exec(action string, args []string, took time.Duration, stdout []byte, err error) {
+	r := Record{Kind: KindExec, Name: action, Args: args, Duration: took, Reply: printable(stdout)}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	t.Add(r)
+}
+
+// Event records an event the shim forwarded, and for a TaskExit the exit it reports.
+func (t *Trace) Event(e Event) {
+	if t == nil {
+		return
+	}
+	r := Record{Kind: KindEvent, Name: e.Topic}
+	switch ev := e.Event.(type) {
+	case *eventstypes.TaskCreate:
+		r.Container, r.Pid = ev.ContainerID, ev.Pid
+	case *eventstypes.TaskStart:
+		r.Container, r.Pid = ev.ContainerID, ev.Pid
+	case *eventstypes.TaskDelete:
+		r.Container, r.Pid = ev.ContainerID, ev.Pid
+	case *eventstypes.TaskExit:
+		r.Container, r.Pid = ev.ContainerID, ev.Pid
+	case interface{ GetContainerID() string }:
+		r.Container = ev.GetContainerID()
+	}
+	t.Add(r)
+	if ev, ok := e.Event.(*eventstypes.TaskExit); ok {
+		t.exit(ev.ContainerID, ev.Pid, ev.ExitStatus, "TaskExit")
+	}
+}
+
+func (t *Trace) exit(container string, pid, status uint32, via string) {
+	t.Add(Record{Kind: KindExit, Name: via, Container: container, Pid: pid, ExitStatus: &status})
+}
+
+// printable is out as text when it is, or quoted, for a reply that is a protobuf.
+func printable(out []byte) string {
+	s := string(out)
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 && r != '\n' }) {
+		return strings.TrimSpace(s)
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// Wrap returns task, recording each call through it in t. A nil t returns task itself.
+func (t *Trace) Wrap(task taskapi.TTRPCTaskService) taskapi.TTRPCTaskService {
+	if t == nil {
+		return task
+	}
+	return &tracedTask{next: task, t: t}
+}
+
+// tracedTask is the recording decorator of a Task service client.
+type tracedTask struct {
+	next taskapi.TTRPCTaskService
+	t    *Trace
+}
+
+var _ taskapi.TTRPCTaskService = (*tracedTask)(nil)
+
+// call runs fn as the RPC method about container id and records it.
+func call[Resp any](t *Trace, method, id string, fn func() (Resp, error)) (Resp, error) {
+	began := time.Now()
+	resp, err := fn()
+	r := Record{Kind: KindRPC, Name: method, Container: id, Duration: time.Since(began), Code: Code(err).String()}
+	if err != nil {
+		r.Error = Message(err)
+	}
+	t.Add(r)
+	return resp, err
+}
+
+func (x *tracedTask) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.StateResponse, error) {
+	return call(x.t, "State", r.GetID(), func() (*taskapi.StateResponse, error) { return x.next.State(ctx, r) })
+}
+
+func (x *tracedTask) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*taskapi.CreateTaskResponse, error) {
+	return call(x.t, "Create", r.GetID(), func() (*taskapi.CreateTaskResponse, error) { return x.next.Create(ctx, r) })
+}
+
+func (x *tracedTask) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.StartResponse, error) {
+	return call(x.t, "Start", r.GetID(), func() (*taskapi.StartResponse, error) { return x.next.Start(ctx, r) })
+}
+
+func (x *tracedTask) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskapi.DeleteResponse, error) {
+	return call(x.t, "Delete", r.GetID(), func() (*taskapi.DeleteResponse, error) { return x.next.Delete(ctx, r) })
+}
+
+func (x *tracedTask) Pids(ctx context.Context, r *taskapi.PidsRequest) (*taskapi.PidsResponse, error) {
+	return call(x.t, "Pids", r.GetID(), func() (*taskapi.PidsResponse, error) { return x.next.Pids(ctx, r) })
+}
+
+func (x *tracedTask) Pause(ctx context.Context, r *taskapi.PauseRequest) (*emptypb.Empty, error) {
+	return call(x.t, "Pause", r.GetID(), func() (*emptypb.Empty, error) { return x.next.Pause(ctx, r) })
+}
+
+func (x *tracedTask) Resume(ctx context.Context, r *taskapi.ResumeRequest) (*emptypb.Empty, error) {
+	return call(x.t, "Resume", r.GetID(), func() (*emptypb.Empty, error) { return x.next.Resume(ctx, r) })
+}
+
+func (x *tracedTask) Checkpoint(ctx context.Context, r *taskapi.CheckpointTaskRequest) (*emptypb.Empty, error) {
+	return call(x.t, "Checkpoint", r.GetID(), func() (*emptypb.Empty, error) { return x.next.Checkpoint(ctx, r) })
+}
+
+func (x *tracedTask) Kill(ctx context.Context, r *taskapi.KillRequest) (*emptypb.Empty, error) {
+	return call(x.t, "Kill", r.GetID(), func() (*emptypb.Empty, error) { return x.next.Kill(ctx, r) })
+}
+
+func (x *tracedTask) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*emptypb.Empty, error) {
+	return call(x.t, "Exec", r.GetID(), func() (*emptypb.Empty, error) { return x.next.Exec(ctx, r) })
+}
+
+func (x *tracedTask) ResizePty(ctx context.Context, r *taskapi.ResizePtyRequest) (*emptypb.Empty, error) {
+	return call(x.t, "ResizePty", r.GetID(), func() (*emptypb.Empty, error) { return x.next.ResizePty(ctx, r) })
+}
+
+func (x *tracedTask) CloseIO(ctx context.Context, r *taskapi.CloseIORequest) (*emptypb.Empty, error) {
+	return call(x.t, "CloseIO", r.GetID(), func() (*emptypb.Empty, error) { return x.next.CloseIO(ctx, r) })
+}
+
+func (x *tracedTask) Update(ctx context.Context, r *taskapi.UpdateTaskRequest) (*emptypb.Empty, error) {
+	return call(x.t, "Update", r.GetID(), func() (*emptypb.Empty, error) { return x.next.Update(ctx, r) })
+}
+
+// Wait also records the exit it returns: for the driver, that is the reaped exit.
+func (x *tracedTask) Wait(ctx context.Context, r *taskapi.WaitRequest) (*taskapi.WaitResponse, error) {
+	resp, err := call(x.t, "Wait", r.GetID(), func() (*taskapi.WaitResponse, error) { return x.next.Wait(ctx, r) })
+	if err == nil {
+		x.t.exit(r.GetID(), 0, resp.GetExitStatus(), "Wait")
+	}
+	return resp, err
+}
+
+func (x *tracedTask) Stats(ctx context.Context, r *taskapi.StatsRequest) (*taskapi.StatsResponse, error) {
+	return call(x.t, "Stats", r.GetID(), func() (*taskapi.StatsResponse, error) { return x.next.Stats(ctx, r) })
+}
+
+func (x *tracedTask) Connect(ctx context.Context, r *taskapi.ConnectRequest) (*taskapi.ConnectResponse, error) {
+	return call(x.t, "Connect", r.GetID(), func() (*taskapi.ConnectResponse, error) { return x.next.Connect(ctx, r) })
+}
+
+func (x *tracedTask) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*emptypb.Empty, error) {
+	return call(x.t, "Shutdown", r.GetID(), func() (*emptypb.Empty, error) { return x.next.Shutdown(ctx, r) })
+}
+
+// Mermaid renders the trace as a Mermaid sequence diagram between shimctl (in containerd's
+// role), the shim, and the container (runc and the container's processes) when the trace
+// shows one.
+func (t *Trace) Mermaid() string {
+	records := t.Records()
+	container := false
+	for _, r := range records {
+		if r.Kind == KindExit || (r.Kind == KindRPC && r.Code == "OK" && runcCalls[r.Name] != "") {
+			container = true
+		}
+	}
+	var b strings.Builder
+	b.WriteString("sequenceDiagram\n")
+	b.WriteString("    participant shimctl as shimctl (containerd)\n")
+	b.WriteString("    participant shim\n")
+	if container {
+		b.WriteString("    participant container as runc / container\n")
+	}
+	for _, r := range records {
+		switch r.Kind {
+		case KindExec:
+			fmt.Fprintf(&b, "    shimctl->>shim: exec %s\n", mermaidText(r.Name))
+			reply := "exit 0"
+			if r.Error != "" {
+				reply = "failed: " + r.Error
+			} else if r.Name == "start" && r.Reply != "" {
+				reply = r.Reply
+			}
+			fmt.Fprintf(&b, "    shim-->>shimctl: %s (%s)\n", mermaidText(reply), roundDuration(r.Duration))
+		case KindRPC:
+			fmt.Fprintf(&b, "    shimctl->>shim: %s\n", mermaidText(r.Name))
+			if r.Code == "OK" && runcCalls[r.Name] != "" {
+				fmt.Fprintf(&b, "    shim->>container: %s\n", runcCalls[r.Name])
+			}
+			reply := "OK"
+			if r.Code != "OK" {
+				reply = r.Code
+				if r.Error != "" {
+					reply += ": " + r.Error
+				}
+			}
+			fmt.Fprintf(&b, "    shim-->>shimctl: %s (%s)\n", mermaidText(reply), roundDuration(r.Duration))
+		case KindEvent:
+			fmt.Fprintf(&b, "    shim-)shimctl: event %s %s\n", mermaidText(r.Name), mermaidText(r.Container))
+		case KindExit:
+			if r.ExitStatus != nil {
+				fmt.Fprintf(&b, "    Note over shim,container: exit status %d, seen through %s\n", *r.ExitStatus, mermaidText(r.Name))
+			}
+		}
+	}
+	return b.String()
+}
+
+// runcCalls are the RPCs whose work the shim hands to runc, and what runc does for them.
+var runcCalls = map[string]string{
+	"Create": "runc create",
+	"Start":  "runc start",
+	"Kill":   "runc kill",
+	"Delete": "runc delete",
+	"Pause":  "runc pause",
+	"Resume": "runc resume",
+	"Exec":   "runc exec",
+	"Update": "runc update",
+}
+
+// mermaidText keeps s on one line of a message: Mermaid ends a message at ';' and reads '#'
+// as the start of an entity.
+func mermaidText(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	return strings.NewReplacer(";", ",", "#", "no.").Replace(s)
+}
+
+// roundDuration shows a duration with three significant digits or so.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
