@@ -281,7 +281,7 @@ func TestDetachedTaskOnStep04(t *testing.T) {
 	if r.Code != 1 {
 		t.Errorf("task wait on step 04: exit %d, want 1", r.Code)
 	}
-	oneLine(t, "task wait on step 04", r.Stderr, "does not implement that call: Wait")
+	oneLine(t, "task wait on step 04", r.Stderr, "step 04 does not implement Wait yet; it arrives in step 05")
 	s.status("det", "STOPPED")
 	r = s.run("task", "delete", "det")
 	if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("pid %d, exit status 137", pid)) {

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/typeurl/v2"
 
 	"github.com/shimwalk/shimwalk/final/driver"
 )
@@ -25,6 +28,23 @@ const cleanupTimeout = 30 * time.Second
 // stdio. It returns the connection to the shim and the init pid. On failure nothing of the task
 // is left: no bundle, no shim, no container.
 func createTask(ctx context.Context, notes io.Writer, d *driver.Driver, id string, args []string, rootfs string, fifos *driver.FIFOs) (*driver.Conn, uint32, error) {
+	return createTaskWith(ctx, notes, d, id, args, createOptions{rootfs: rootfs, fifos: fifos})
+}
+
+// createOptions are what a new task may have beyond its command.
+type createOptions struct {
+	rootfs string        // "" for the busybox rootfs of the state directory
+	fifos  *driver.FIFOs // nil for null stdio
+	// terminal gives the init a terminal (process.terminal in the spec, Terminal in Create).
+	terminal bool
+	// runtimeBinary is sent as containerd.runc.v1.Options{BinaryName}: the shim runs it
+	// instead of runc.
+	runtimeBinary string
+}
+
+// createTaskWith is createTask with every option.
+func createTaskWith(ctx context.Context, notes io.Writer, d *driver.Driver, id string, args []string, o createOptions) (*driver.Conn, uint32, error) {
+	rootfs, fifos := o.rootfs, o.fifos
 	if _, err := os.Stat(d.Bundle(id)); err == nil {
 		return nil, 0, fmt.Errorf("task %q exists already in namespace %q (shimctl task delete %s)", id, d.Namespace, id)
 	}
@@ -32,7 +52,7 @@ func createTask(ctx context.Context, notes io.Writer, d *driver.Driver, id strin
 	if err != nil {
 		return nil, 0, err
 	}
-	if _, err := d.NewBundle(id, driver.SpecOptions{Args: args, Rootfs: root, Readonly: true}); err != nil {
+	if err := newBundle(d, id, driver.SpecOptions{Args: args, Rootfs: root, Readonly: true}, o.terminal); err != nil {
 		// EEXIST: another shimctl made this bundle since the check above; it is not ours.
 		if !errors.Is(err, os.ErrExist) {
 			_ = d.RemoveBundle(id)
@@ -49,7 +69,12 @@ func createTask(ctx context.Context, notes io.Writer, d *driver.Driver, id strin
 	if err != nil {
 		return nil, 0, errors.Join(err, d.RemoveShim(cleanup, nil, id))
 	}
-	req := &taskapi.CreateTaskRequest{ID: id, Bundle: d.Bundle(id)}
+	req := &taskapi.CreateTaskRequest{ID: id, Bundle: d.Bundle(id), Terminal: o.terminal}
+	if o.runtimeBinary != "" {
+		if req.Options, err = typeurl.MarshalAnyToProto(&options.Options{BinaryName: o.runtimeBinary}); err != nil {
+			return nil, 0, errors.Join(fmt.Errorf("encode runtime options: %w", err), d.ForceDelete(cleanup, c, id))
+		}
+	}
 	if fifos != nil {
 		req.Stdin, req.Stdout, req.Stderr = fifos.Stdin, fifos.Stdout, fifos.Stderr
 	}
@@ -59,6 +84,25 @@ func createTask(ctx context.Context, notes io.Writer, d *driver.Driver, id strin
 		return nil, 0, errors.Join(fmt.Errorf("create: %w", err), d.ForceDelete(cleanup, c, id))
 	}
 	return c, resp.Pid, nil
+}
+
+// newBundle is driver.NewBundle for a task whose init may have a terminal.
+func newBundle(d *driver.Driver, id string, so driver.SpecOptions, terminal bool) error {
+	if !terminal {
+		_, err := d.NewBundle(id, so)
+		return err
+	}
+	bundle, err := d.CreateBundle(id)
+	if err != nil {
+		return err
+	}
+	if so.CgroupsPath == "" {
+		so.CgroupsPath = path.Join(d.CgroupParent, d.Namespace, id)
+	}
+	spec := driver.DefaultSpec(d.Namespace, id, so)
+	spec.Process.Terminal = true
+	spec.Process.Env = append(spec.Process.Env, "TERM=xterm")
+	return driver.WriteSpec(bundle, spec)
 }
 
 // rootfsDir is the absolute path of the container's root: dir when given, or else the busybox

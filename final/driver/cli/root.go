@@ -31,6 +31,7 @@ type globals struct {
 	state     string
 	namespace string
 	shim      string
+	runtime   string
 	debug     bool
 }
 
@@ -46,7 +47,8 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot()
+	g := &globals{}
+	root := newRoot(g)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var code exitCode
@@ -56,7 +58,7 @@ func Main(args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	}
-	fmt.Fprintf(os.Stderr, "shimctl: %s\n", describe(err))
+	fmt.Fprintf(os.Stderr, "shimctl: %s\n", describeFor(g.shimName(), err))
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") ||
 		strings.Contains(err.Error(), "flag") || strings.Contains(err.Error(), "arg(s)") {
@@ -81,8 +83,8 @@ func describe(err error) string {
 	return strings.ReplaceAll(msg, "\n", " ")
 }
 
-func newRoot() *cobra.Command {
-	g := &globals{}
+// newRoot is the command tree whose global flags fill g.
+func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "shimctl",
 		Short: "Play containerd's part towards a runtime-v2 shim",
@@ -98,6 +100,7 @@ so that every step of shimwalk, and the final shim, can be run and watched by ha
 	pf.StringVar(&g.state, "state", "/run/shimctl", "state directory holding one bundle per task")
 	pf.StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
 	pf.StringVar(&g.shim, "shim", "", "shim binary (default: containerd-shim-shimwalk-v2 beside shimctl or on PATH)")
+	pf.StringVar(&g.runtime, "runtime", "", "runtime name, resolved like containerd: io.containerd.X.vN runs containerd-shim-X-vN from PATH")
 	pf.BoolVar(&g.debug, "debug", false, "start shims with -debug")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(shimCommand(g), taskCommand(g), runCommand(g), eventsCommand(g), treeCommand(g), lsCommand(g))
@@ -167,6 +170,12 @@ func group(cmd *cobra.Command) *cobra.Command {
 }
 
 func (g *globals) shimPath() (string, error) {
+	if g.shim != "" && g.runtime != "" {
+		return "", usageError{errors.New("--shim and --runtime do not go together")}
+	}
+	if g.runtime != "" {
+		return resolveRuntime(g.runtime)
+	}
 	if g.shim != "" {
 		p, err := filepath.Abs(g.shim)
 		if err != nil {

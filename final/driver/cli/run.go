@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sync"
 	"syscall"
 	"time"
@@ -35,31 +34,43 @@ const pollInterval = 50 * time.Millisecond
 const noWaitNote = "note: this shim has no Wait (it arrives in step 05); exit status taken from State"
 
 func runCommand(g *globals) *cobra.Command {
-	var detach, rm bool
-	var rootfs string
+	var detach bool
+	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [-d] [--rm] [--rootfs DIR] ID -- CMD [ARG...]",
+		Use:   "run [-t] [-d] [--rm] [--rootfs DIR] [--runtime-binary RUNC] ID -- CMD [ARG...]",
 		Short: "Create and start a task, show its output and exit with its status",
 		Long: `run creates task ID running CMD (as "task create" does), starts it, copies its
 stdout and stderr to shimctl's own through FIFOs, waits for it to exit and exits
 with its status. The task then stays, STOPPED, for "task state" and "task
 delete"; with --rm it is deleted, its shim stopped and its bundle removed.
 
-SIGINT and SIGTERM sent to shimctl are forwarded to the container's init with
-Kill, as ctr does. The init is PID 1 of its namespace and ignores signals it has
-no handler for: "task kill -s KILL ID" from another terminal always works.
+SIGINT, SIGTERM and SIGHUP sent to shimctl are forwarded to the container's init
+with Kill, as ctr does. The init is PID 1 of its namespace and ignores signals it
+has no handler for: "task kill -s KILL ID" from another terminal always works.
+
+With -t the container gets a terminal: shimctl's terminal is put in raw mode
+(Ctrl-C and Ctrl-D go to the container), its size is sent with ResizePty after
+Start and whenever it changes (SIGWINCH), and it is restored however run ends.
 
 A shim without Wait (steps 03 and 04) is waited for by reading the output to its
 end and then polling State until the task is STOPPED.
 
 With -d, run creates and starts the task with null stdio, prints its pid and
-returns; the task keeps running.`,
+returns; the task keeps running.
+
+--runtime-binary sends containerd.runc.v1.Options{BinaryName} with Create: the
+shim drives that OCI runtime (crun, for one) instead of runc.`,
 		Example: `  shimctl --shim bin/containerd-shim-step04-v2 run --rm demo -- sh -c 'echo hello; exit 3'; echo $?
-  shimctl run -d sleeper -- sleep 1000`,
+  shimctl run -t --rm shell -- sh
+  shimctl run -d sleeper -- sleep 1000
+  shimctl run --rm --runtime-binary crun demo -- uname -a`,
 		Args: idAndCommand,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if detach && rm {
+			if detach && o.rm {
 				return usageError{errors.New("run: -d and --rm do not go together (delete a detached task with task kill and task delete)")}
+			}
+			if detach && o.tty {
+				return usageError{errors.New("run: -d and -t do not go together")}
 			}
 			d, err := g.launcher()
 			if err != nil {
@@ -67,21 +78,29 @@ returns; the task keeps running.`,
 			}
 			id, argv := args[0], args[1:]
 			if detach {
-				return runDetached(cmd, d, id, argv, rootfs)
+				return runDetached(cmd, d, id, argv, o)
 			}
-			return runForeground(cmd, d, id, argv, rootfs, rm)
+			return runForeground(cmd, d, id, argv, o)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&detach, "detach", "d", false, "start the task with null stdio, print its pid and return")
-	f.BoolVar(&rm, "rm", false, "delete the task and its shim after it exits")
-	f.StringVar(&rootfs, "rootfs", "", "root file system directory (default: a busybox rootfs in the state directory)")
+	f.BoolVarP(&o.tty, "tty", "t", false, "give the container a terminal, in raw mode")
+	f.BoolVar(&o.rm, "rm", false, "delete the task and its shim after it exits")
+	f.StringVar(&o.rootfs, "rootfs", "", "root file system directory (default: a busybox rootfs in the state directory)")
+	f.StringVar(&o.runtimeBinary, "runtime-binary", "", "OCI runtime the shim runs instead of runc (sent as runc options' BinaryName)")
 	return cmd
 }
 
-func runDetached(cmd *cobra.Command, d *driver.Driver, id string, argv []string, rootfs string) error {
+// runOptions are run's flags.
+type runOptions struct {
+	rootfs, runtimeBinary string
+	rm, tty               bool
+}
+
+func runDetached(cmd *cobra.Command, d *driver.Driver, id string, argv []string, o runOptions) error {
 	ctx := cmd.Context()
-	c, pid, err := createTask(ctx, cmd.ErrOrStderr(), d, id, argv, rootfs, nil)
+	c, pid, err := createTaskWith(ctx, cmd.ErrOrStderr(), d, id, argv, createOptions{rootfs: o.rootfs, runtimeBinary: o.runtimeBinary})
 	if err != nil {
 		return err
 	}
@@ -93,26 +112,19 @@ func runDetached(cmd *cobra.Command, d *driver.Driver, id string, argv []string,
 	return nil
 }
 
-func runForeground(cmd *cobra.Command, d *driver.Driver, id string, argv []string, rootfs string, rm bool) error {
+func runForeground(cmd *cobra.Command, d *driver.Driver, id string, argv []string, o runOptions) error {
 	ctx, stderr := cmd.Context(), cmd.ErrOrStderr()
-	// Registered before anything starts, so that no signal is lost between Start and the
-	// forwarder; until Start, the cancellation of ctx by the same signals aborts the run instead.
-	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
+	// Until Start, the cancellation of ctx by the same signals aborts the run instead.
+	signals := notifySignals()
+	defer stopSignals(signals)
 
-	fifos, err := d.NewFIFOs(id, false)
+	stdio, err := openStdio(ctx, cmd, d, id, o.tty)
 	if err != nil {
 		return err
 	}
-	defer fifos.Remove()
-	// Not ctx: once the task runs, an interrupt is for the container, and the copies must go on.
-	attached, err := fifos.Attach(context.WithoutCancel(ctx), nil, cmd.OutOrStdout(), stderr)
-	if err != nil {
-		return err
-	}
-	defer attached.Close()
-	c, _, err := createTask(ctx, stderr, d, id, argv, rootfs, fifos)
+	defer stdio.close()
+	c, _, err := createTaskWith(ctx, stderr, d, id, argv, createOptions{
+		rootfs: o.rootfs, fifos: stdio.fifos, terminal: o.tty, runtimeBinary: o.runtimeBinary})
 	if err != nil {
 		return err
 	}
@@ -123,6 +135,7 @@ func runForeground(cmd *cobra.Command, d *driver.Driver, id string, argv []strin
 
 	// From here the task runs, and every call must outlive the signals shimctl forwards.
 	running := context.WithoutCancel(ctx)
+	stdio.started(running, c, id, "")
 	stopForwarding := make(chan struct{})
 	var forwarder sync.WaitGroup
 	forwarder.Add(1)
@@ -131,13 +144,13 @@ func runForeground(cmd *cobra.Command, d *driver.Driver, id string, argv []strin
 		defer forwarder.Done()
 		forwardSignals(running, c, id, signals, stopForwarding, stderr)
 	}()
-	status, err := waitExit(running, c, id, attached, stderr)
+	status, err := waitExit(running, c, id, stdio.attached, stderr)
 	close(stopForwarding)
 	forwarder.Wait()
 	if err != nil {
 		return err
 	}
-	if rm {
+	if o.rm {
 		cleanup, cancel := context.WithTimeout(running, cleanupTimeout)
 		defer cancel()
 		if _, err := d.DeleteTask(cleanup, c, id); err != nil {
@@ -192,6 +205,11 @@ func waitOutput(attached *driver.Attached, grace time.Duration) {
 // forwardSignals sends every signal that arrives on signals to the task's init until stop is
 // closed, as ctr's signal proxy does. A failure is reported, and does not end the run.
 func forwardSignals(ctx context.Context, c *driver.Conn, id string, signals <-chan os.Signal, stop <-chan struct{}, notes io.Writer) {
+	forwardSignalsTo(ctx, c, id, "", signals, stop, notes)
+}
+
+// forwardSignalsTo is forwardSignals to the exec execID, or with "" to the init.
+func forwardSignalsTo(ctx context.Context, c *driver.Conn, id, execID string, signals <-chan os.Signal, stop <-chan struct{}, notes io.Writer) {
 	for {
 		select {
 		case <-stop:
@@ -201,7 +219,7 @@ func forwardSignals(ctx context.Context, c *driver.Conn, id string, signals <-ch
 			if !ok {
 				continue
 			}
-			_, err := c.Task.Kill(ctx, &taskapi.KillRequest{ID: id, Signal: uint32(sig)})
+			_, err := c.Task.Kill(ctx, &taskapi.KillRequest{ID: id, ExecID: execID, Signal: uint32(sig)})
 			if err != nil && driver.Code(err) != codes.NotFound {
 				fmt.Fprintf(notes, "shimctl: forward %s: %s\n", sig, describe(err))
 			}

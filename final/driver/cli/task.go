@@ -55,7 +55,9 @@ func taskCommand(g *globals) *cobra.Command {
 		}),
 	})
 	cmd.AddCommand(taskCreateCommand(g), taskStartCommand(g), taskKillCommand(g),
-		taskDeleteCommand(g), taskWaitCommand(g))
+		taskDeleteCommand(g), taskWaitCommand(g), taskExecCommand(g), taskPsCommand(g),
+		taskPauseCommand(g), taskResumeCommand(g), taskStatsCommand(g), taskUpdateCommand(g),
+		taskCheckpointCommand(g))
 	return cmd
 }
 
@@ -119,24 +121,29 @@ func taskStartCommand(g *globals) *cobra.Command {
 }
 
 func taskKillCommand(g *globals) *cobra.Command {
-	var signal string
+	var signal, execID string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "kill [-s SIGNAL] [--all] ID",
-		Short: "Call Kill: send a signal to the task's init, or with --all to all its processes",
+		Use:   "kill [-s SIGNAL] [--all] [--exec-id EXEC] ID",
+		Short: "Call Kill: send a signal to the task's init, with --all to all its processes, or to an exec",
 		Long: `kill sends SIGNAL (a number, or a name such as KILL, SIGTERM or term; default
 TERM) through the shim. The container's init is PID 1 of its namespace: it
-ignores every signal it has no handler for, SIGKILL excepted.`,
+ignores every signal it has no handler for, SIGKILL excepted. --exec-id sends it
+to that exec's process instead.`,
 		Example: `  shimctl task kill demo
-  shimctl task kill -s KILL --all demo`,
+  shimctl task kill -s KILL --all demo
+  shimctl task kill --exec-id bg demo`,
 		Args: oneID,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sig, err := parseSignal(signal)
 			if err != nil {
 				return usageError{err}
 			}
+			if all && execID != "" {
+				return usageError{errors.New("kill: --all and --exec-id do not go together")}
+			}
 			return withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-				if _, err := c.Task.Kill(cmd.Context(), &taskapi.KillRequest{ID: id, Signal: sig, All: all}); err != nil {
+				if _, err := c.Task.Kill(cmd.Context(), &taskapi.KillRequest{ID: id, ExecID: execID, Signal: sig, All: all}); err != nil {
 					return fmt.Errorf("kill: %w", err)
 				}
 				return nil
@@ -145,6 +152,7 @@ ignores every signal it has no handler for, SIGKILL excepted.`,
 	}
 	cmd.Flags().StringVarP(&signal, "signal", "s", "TERM", "signal, by number or name")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "signal every process of the task")
+	cmd.Flags().StringVar(&execID, "exec-id", "", "signal this exec's process instead of the init")
 	return cmd
 }
 

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+const finalShim = "final/cmd/containerd-shim-shimwalk-v2"
+
+// detached starts task id running argv on the final shim with run -d, tracked for cleanup,
+// and returns its pid.
+func (s *shimctl) detached(id string, argv ...string) int {
+	s.t.Helper()
+	s.track(id)
+	r := s.run(append([]string{"run", "-d", "--rootfs", testkit.Rootfs(s.t), id, "--"}, argv...)...)
+	pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if r.Code != 0 || err != nil {
+		s.t.Fatalf("run -d %s: exit %d, stdout %q, stderr %q", id, r.Code, r.Stdout, r.Stderr)
+	}
+	return pid
+}
+
+func TestExecAndPs(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.detached("ex", "sleep", "1000")
+
+	r := s.run("task", "exec", "ex", "--", "sh", "-c", "echo out; echo err >&2; exit 6")
+	if r.Code != 6 || r.Stdout != "out\n" || r.Stderr != "err\n" {
+		t.Errorf("exec: exit %d, stdout %q, stderr %q; want 6, \"out\\n\", \"err\\n\"", r.Code, r.Stdout, r.Stderr)
+	}
+
+	r = s.run("task", "exec", "-d", "--exec-id", "bg", "ex", "--", "sleep", "1000")
+	execPid := strings.TrimSpace(r.Stdout)
+	if r.Code != 0 || execPid == "" {
+		t.Fatalf("exec -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	r = s.run("task", "ps", "ex")
+	found := false
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == execPid {
+			found = f[1] == "bg"
+		}
+	}
+	if r.Code != 0 || !found {
+		t.Errorf("ps: exit %d, want %s with exec id bg:\n%s%s", r.Code, execPid, r.Stdout, r.Stderr)
+	}
+	if r := s.run("task", "kill", "-s", "KILL", "--exec-id", "bg", "ex"); r.Code != 0 {
+		t.Errorf("kill --exec-id: exit %d: %s", r.Code, r.Stderr)
+	}
+	pid, _ := strconv.Atoi(execPid)
+	testkit.ExpectGone(t, pid, "the killed exec")
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.detached("pr", "sleep", "1000")
+	if r := s.run("task", "pause", "pr"); r.Code != 0 {
+		t.Fatalf("pause: exit %d: %s", r.Code, r.Stderr)
+	}
+	s.status("pr", "PAUSED")
+	if r := s.run("task", "resume", "pr"); r.Code != 0 {
+		t.Fatalf("resume: exit %d: %s", r.Code, r.Stderr)
+	}
+	s.status("pr", "RUNNING")
+}
+
+func TestStatsUpdate(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	pid := s.detached("su", "sleep", "1000")
+
+	r := s.run("task", "stats", "su")
+	fields := map[string][]string{}
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			fields[f[0]] = f[1:]
+		}
+	}
+	if r.Code != 0 || len(fields["memory"]) == 0 || strings.HasPrefix(fields["memory"][0], "0") {
+		t.Errorf("stats: exit %d, want a non-zero memory usage:\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if n, err := strconv.Atoi(first(fields["pids"])); err != nil || n < 1 {
+		t.Errorf("stats: want pids >= 1:\n%s", r.Stdout)
+	}
+	r = s.run("task", "stats", "--json", "su")
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.Stdout), &raw); r.Code != 0 || err != nil || raw["memory"] == nil {
+		t.Errorf("stats --json: exit %d, %v, want metrics with memory:\n%s%s", r.Code, err, r.Stdout, r.Stderr)
+	}
+
+	if r := s.run("task", "update", "--memory", "48m", "--cpus", "0.5", "su"); r.Code != 0 {
+		t.Fatalf("update: exit %d: %s", r.Code, r.Stderr)
+	}
+	cg := memoryCgroup(t, pid)
+	if got := strings.TrimSpace(readFile(filepath.Join(cg, "memory.limit_in_bytes"))); got != strconv.Itoa(48<<20) {
+		t.Errorf("%s/memory.limit_in_bytes = %q, want %d", cg, got, 48<<20)
+	}
+	r = s.run("task", "update", "--memory", "lots", "su")
+	if r.Code != 2 {
+		t.Errorf("update --memory lots: exit %d, want 2", r.Code)
+	}
+	oneLine(t, "update --memory lots", r.Stderr, `size "lots"`)
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// memoryCgroup is the directory of pid's cgroup v1 memory controller.
+func memoryCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	for _, l := range strings.Split(readFile(fmt.Sprintf("/proc/%d/cgroup", pid)), "\n") {
+		// 4:memory:/shimwalk/default/su
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) == 3 && (parts[1] == "memory" || strings.Contains(","+parts[1]+",", ",memory,")) {
+			return filepath.Join("/sys/fs/cgroup/memory", parts[2])
+		}
+	}
+	t.Fatalf("no memory cgroup for %d in /proc/%d/cgroup", pid, pid)
+	return ""
+}
+
+// TestCheckpointFailsInOneLine: CRIU fails where it lacks privileges or kernel support, and
+// what it says must reach the user as one line, with the task left running.
+func TestCheckpointFailsInOneLine(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.detached("cp", "sleep", "1000")
+	image := filepath.Join(testkit.TempDir(t), "image")
+	r := s.run("task", "checkpoint", "--image-path", image, "cp")
+	if r.Code == 0 {
+		// CRIU works on this machine: the dump is there and the task, without --exit, runs on.
+		if _, err := os.Stat(image); err != nil || !strings.Contains(r.Stdout, "checkpointed cp") {
+			t.Errorf("checkpoint succeeded with stdout %q, but the image: %v", r.Stdout, err)
+		}
+		s.status("cp", "RUNNING")
+		return
+	}
+	if r.Code != 1 {
+		t.Errorf("checkpoint: exit %d, want 1", r.Code)
+	}
+	oneLine(t, "checkpoint", r.Stderr, "checkpoint: ")
+	if !strings.Contains(r.Stderr, "criu") && !strings.Contains(r.Stderr, "runc") {
+		t.Errorf("checkpoint: stderr %q carries neither CRIU's message nor runc's", r.Stderr)
+	}
+	s.status("cp", "RUNNING")
+}
+
+func TestKillAll(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	pid := s.detached("ka", "sleep", "1000")
+	r := s.run("task", "exec", "-d", "--exec-id", "e1", "ka", "--", "sleep", "1000")
+	execPid, _ := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if r.Code != 0 || execPid == 0 {
+		t.Fatalf("exec -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := s.run("task", "kill", "--all", "-s", "KILL", "ka"); r.Code != 0 {
+		t.Fatalf("kill --all: exit %d: %s", r.Code, r.Stderr)
+	}
+	if line := s.status("ka", "STOPPED"); !strings.Contains(line, " exit 137 ") {
+		t.Errorf("state after kill --all: %q, want exit 137", line)
+	}
+	testkit.ExpectGone(t, pid, "the init")
+	testkit.ExpectGone(t, execPid, "the exec")
+}
+
+func TestStepAwareUnimplemented(t *testing.T) {
+	t.Parallel()
+	testkit.RequireRoot(t)
+	s := newShimctl(t, "steps/02-ttrpc")
+	s.track("st02")
+	r := s.run("task", "create", "--rootfs", testkit.Rootfs(t), "st02", "--", "true")
+	if r.Code != 1 {
+		t.Errorf("task create on step 02: exit %d, want 1", r.Code)
+	}
+	oneLine(t, "task create on step 02", r.Stderr, "step 02 does not implement Create yet; it arrives in step 03")
+	if _, err := os.Stat(filepath.Join(s.namespaced, "st02")); err == nil {
+		t.Errorf("the failed create left its bundle")
+	}
+}
