@@ -8,6 +8,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -134,6 +135,7 @@ func suite(t *testing.T, e *env) {
 	t.Run("ExecAndPs", e.testExecAndPs)
 	t.Run("PauseResume", e.testPauseResume)
 	t.Run("Metrics", e.testMetrics)
+	t.Run("OOM", e.testOOM)
 	t.Run("KillDelete", e.testKillDelete)
 	t.Run("Terminal", e.testTerminal)
 	t.Run("LogURI", e.testLogURI)
@@ -251,6 +253,47 @@ func (e *env) testMetrics(t *testing.T) {
 	if v := value("pids.current"); v < 3 {
 		t.Errorf("pids.current = %d, want 3 (sh and two sleeps):\n%s", v, r.Stdout)
 	}
+}
+
+// testOOM runs a container past a 32 MiB memory limit: containerd learns /tasks/oom, then
+// /tasks/exit with 137, in that order, and ctr run exits 137.
+func (e *env) testOOM(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("oom")
+	e.cleanup(id)
+	watch := exec.Command(e.c.CtrBinary, "--address", e.c.Address, "--namespace", e.c.Namespace, "events")
+	var seen testkit.Buffer
+	watch.Stdout = &seen
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		watch.Process.Kill()
+		watch.Wait()
+		if t.Failed() {
+			t.Logf("ctr events:\n%s", seen.String())
+		}
+	})
+	// tail keeps the last lines of its input, and /dev/zero has no line end: it grows until
+	// the OOM killer ends it.
+	r := e.ctr(append(e.runArgs("--rm", "--memory-limit", "33554432"), id, "/bin/tail", "/dev/zero")...)
+	if r.Code != 137 {
+		t.Errorf("ctr run past the memory limit exited %d, want 137: %s", r.Code, r.Stderr)
+	}
+	testkit.Eventually(t, 10*time.Second, "ctr events never showed the oom and the exit", func() bool {
+		var topics []string
+		for _, line := range strings.Split(seen.String(), "\n") {
+			if !strings.Contains(line, `"container_id":"`+id+`"`) {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if f == "/tasks/oom" || f == "/tasks/exit" {
+					topics = append(topics, f)
+				}
+			}
+		}
+		return strings.Join(topics, " ") == "/tasks/oom /tasks/exit"
+	})
 }
 
 func (e *env) testKillDelete(t *testing.T) {

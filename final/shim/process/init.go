@@ -89,6 +89,7 @@ type Init struct {
 	rootfs    string // where the request's mounts were mounted; "" when there were none
 	monitor   runc.ProcessMonitor
 	cg        *cgroupStats // guarded by mu; looked up by the first Stats, or at Start
+	oom       *oomCounter  // guarded by mu; nil without a memory cgroup
 
 	// ops serialises the runc calls that change the container's state, so that, say, a
 	// Delete never runs in the middle of a Start. Kill does not take it: it must always get
@@ -180,6 +181,8 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		return nil, fmt.Errorf("read init pid: %w", err)
 	}
 	p.pid = pid
+	// runc init waits in the container's cgroup now: the count from here on is this container's.
+	p.oom = newOOMCounter(pid)
 	if cfg.Checkpoint != "" {
 		p.status = task.Status_RUNNING // runc restore starts the container
 	}

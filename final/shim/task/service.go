@@ -300,6 +300,10 @@ func (s *Service) handleExit(x reaper.Exit) {
 }
 
 func (s *Service) initExited(c *container, x reaper.Exit) {
+	if c.init.OOMKilled() {
+		s.cfg.Log.Info("oom", "id", c.id)
+		s.cfg.Events.Publish(events.TopicOOM, &eventstypes.TaskOOM{ContainerID: c.id})
+	}
 	// Before the event: whoever learns of the exit may delete the task at once, and the record
 	// must already be there should the shim die in between.
 	if err := writeExitFile(c.init.Bundle, x); err != nil {
