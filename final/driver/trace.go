@@ -261,8 +261,8 @@ func (t *Trace) Mermaid() string {
 			reply := "exit 0"
 			if r.Error != "" {
 				reply = "failed: " + r.Error
-			} else if r.Name == "start" && r.Reply != "" {
-				reply = r.Reply
+			} else if b, err := ParseStartReply([]byte(r.Reply)); r.Name == "start" && err == nil {
+				reply = b.Address
 			}
 			fmt.Fprintf(&b, "    shim-->>shimctl: %s (%s)\n", mermaidText(reply), roundDuration(r.Duration))
 		case KindRPC:
@@ -289,6 +289,9 @@ func (t *Trace) Mermaid() string {
 	return b.String()
 }
 
+// mermaidWidth is the longest message text Mermaid is given.
+const mermaidWidth = 64
+
 // runcCalls are the RPCs whose work the shim hands to runc, and what runc does for them.
 var runcCalls = map[string]string{
 	"Create": "runc create",
@@ -303,8 +306,12 @@ var runcCalls = map[string]string{
 
 // mermaidText keeps s on one line of a message: Mermaid ends a message at ';' and reads '#'
 // as the start of an entity.
+// A long one (a socket's hashed name) is cut: the diagram stays readable.
 func mermaidText(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > mermaidWidth {
+		s = string(r[:mermaidWidth-3]) + "..."
+	}
 	return strings.NewReplacer(";", ",", "#", "no.").Replace(s)
 }
 

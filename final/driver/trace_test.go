@@ -94,6 +94,7 @@ func TestMermaid(t *testing.T) {
 			Reply: `{"version":2,"address":"unix:///run/s/1.sock","protocol":"ttrpc"}`},
 		{Kind: KindRPC, Name: "Create", Container: "demo", Code: "OK", Duration: 20 * time.Millisecond},
 		{Kind: KindEvent, Name: "/tasks/create", Container: "demo"},
+		{Kind: KindRPC, Name: "State", Code: "NotFound", Error: strings.Repeat("x", 70)},
 		{Kind: KindRPC, Name: "Stats", Code: "Unimplemented", Error: "Stats: added in step 07; sorry #1",
 			Duration: 300 * time.Microsecond},
 		{Kind: KindExit, Name: "Wait", Container: "demo", ExitStatus: u(3)},
@@ -104,11 +105,13 @@ func TestMermaid(t *testing.T) {
     participant shim
     participant container as runc / container
     shimctl->>shim: exec start
-    shim-->>shimctl: {"version":2,"address":"unix:///run/s/1.sock","protocol":"ttrpc"} (12.35ms)
+    shim-->>shimctl: unix:///run/s/1.sock (12.35ms)
     shimctl->>shim: Create
     shim->>container: runc create
     shim-->>shimctl: OK (20ms)
     shim-)shimctl: event /tasks/create demo
+    shimctl->>shim: State
+    shim-->>shimctl: NotFound: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (0s)
     shimctl->>shim: Stats
     shim-->>shimctl: Unimplemented: Stats: added in step 07, sorry no.1 (300µs)
     Note over shim,container: exit status 3, seen through Wait

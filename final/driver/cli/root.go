@@ -104,6 +104,7 @@ so that every step of shimwalk, and the final shim, can be run and watched by ha
 	pf.BoolVar(&g.debug, "debug", false, "start shims with -debug")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(shimCommand(g), taskCommand(g), runCommand(g), eventsCommand(g), treeCommand(g), lsCommand(g))
+	root.AddCommand(demoCommand(g))
 	return root
 }
 
