@@ -193,3 +193,68 @@ func TestStepAwareUnimplemented(t *testing.T) {
 		t.Errorf("the failed create left its bundle")
 	}
 }
+
+func TestRuntimeName(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.track("rt")
+	// Without --shim: the runtime name alone finds the shim on PATH.
+	env := append(s.env, "PATH="+filepath.Dir(s.shim)+":"+os.Getenv("PATH"))
+	r := testkit.Run(t, "", env, s.bin, "--state", s.state, "--runtime", "io.containerd.shimwalk.v2",
+		"run", "--rm", "--rootfs", testkit.Rootfs(t), "rt", "--", "sh", "-c", "echo via runtime; exit 4")
+	if r.Code != 4 || r.Stdout != "via runtime\n" {
+		t.Errorf("run with --runtime: exit %d, stdout %q, stderr %q; want 4 and the container's output", r.Code, r.Stdout, r.Stderr)
+	}
+	s.expectNoTask("rt")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--runtime", "shimwalk", "run", "x", "--", "true"}, 2, "io.containerd.shimwalk.v2"},
+		{[]string{"--runtime", "io.containerd.nosuch.v2", "run", "x", "--", "true"}, 1, "no containerd-shim-nosuch-v2"},
+	} {
+		r := testkit.Run(t, "", s.env, s.bin, append([]string{"--state", s.state}, tc.args...)...)
+		if r.Code != tc.code {
+			t.Errorf("shimctl %s: exit %d, want %d", strings.Join(tc.args, " "), r.Code, tc.code)
+		}
+		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
+	}
+	r = s.run("--runtime", "io.containerd.shimwalk.v2", "run", "x", "--", "true")
+	if r.Code != 2 {
+		t.Errorf("--shim with --runtime: exit %d, want 2", r.Code)
+	}
+	oneLine(t, "--shim with --runtime", r.Stderr, "do not go together")
+}
+
+func TestUsageOfTaskCommands(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"task", "exec", "x", "sh"}, 2, "after --"},
+		{[]string{"task", "exec", "-d", "-t", "x", "--", "sh"}, 2, "-d and -t"},
+		{[]string{"task", "exec", "--exec-id", "../e", "x", "--", "sh"}, 2, `exec id "../e"`},
+		{[]string{"task", "exec", "nosuch", "--", "sh"}, 1, `no task "nosuch"`},
+		{[]string{"task", "update", "x"}, 2, "--memory or --cpus"},
+		{[]string{"task", "update", "--cpus", "-1", "x"}, 2, "positive number of cpus"},
+		{[]string{"task", "checkpoint", "x"}, 2, "--image-path"},
+		{[]string{"task", "kill", "--all", "--exec-id", "e", "x"}, 2, "do not go together"},
+		{[]string{"task", "ps", "nosuch"}, 1, `no task "nosuch"`},
+		{[]string{"task", "stats", "nosuch"}, 1, `no task "nosuch"`},
+		{[]string{"run", "-t", "-d", "x", "--", "sh"}, 2, "-d and -t"},
+		{[]string{"run", "-t", "x", "--", "sh"}, 2, "needs a terminal"},
+	} {
+		r := s.run(tc.args...)
+		if r.Code != tc.code {
+			t.Errorf("shimctl %s: exit %d, want %d", strings.Join(tc.args, " "), r.Code, tc.code)
+		}
+		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
+	}
+	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
+		t.Errorf("refused commands left %v behind", left)
+	}
+}

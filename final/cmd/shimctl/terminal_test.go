@@ -21,99 +21,135 @@ func TestRunTerminal(t *testing.T) {
 	t.Parallel()
 	s := newShimctl(t, finalShim)
 	s.track("tty")
+	p := s.onPty("run", "-t", "--rm", "--rootfs", testkit.Rootfs(t), "tty", "--", "sh")
+	p.shell()
+	s.expectNoTask("tty")
+}
+
+// TestExecTerminal is TestRunTerminal for a shell exec'd into a running task.
+func TestExecTerminal(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.detached("xtty", "sleep", "1000")
+	p := s.onPty("task", "exec", "-t", "--exec-id", "sh", "xtty", "--", "sh")
+	p.shell()
+	// exec deletes the exec from the shim once it has ended.
+	r := s.run("task", "kill", "--exec-id", "sh", "xtty")
+	if r.Code != 1 {
+		t.Errorf("kill of the ended exec: exit %d, want 1", r.Code)
+	}
+	oneLine(t, "kill of the ended exec", r.Stderr, "exec sh in task xtty: not found")
+}
+
+// pty is shimctl running with a pseudo-terminal's slave as its controlling terminal.
+type pty struct {
+	t      *testing.T
+	master console.Console
+	slave  *os.File
+	screen testkit.Buffer // everything shimctl showed on the terminal
+	before *unix.Termios  // the slave's settings before shimctl started
+	done   chan error     // of shimctl's Wait
+}
+
+func (s *shimctl) onPty(args ...string) *pty {
+	t := s.t
+	t.Helper()
 	master, slaveName, err := console.NewPty()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer master.Close()
+	t.Cleanup(func() { master.Close() })
 	slave, err := os.OpenFile(slaveName, os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer slave.Close()
+	t.Cleanup(func() { slave.Close() })
 	if err := master.Resize(console.WinSize{Height: 30, Width: 100}); err != nil {
 		t.Fatal(err)
 	}
-	before, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
-	if err != nil {
+	p := &pty{t: t, master: master, slave: slave, done: make(chan error, 1)}
+	if p.before, err = unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil {
 		t.Fatal(err)
 	}
-
-	var screen testkit.Buffer
 	go func() {
-		// Owned by the test: ends when master is closed, deferred above.
+		// Owned by the test: ends when master is closed, in the cleanup above.
 		buf := make([]byte, 4096)
 		for {
 			n, err := master.Read(buf)
-			screen.Write(buf[:n])
+			p.screen.Write(buf[:n])
 			if err != nil {
 				return
 			}
 		}
 	}()
-	cmd := s.command("run", "-t", "--rm", "--rootfs", testkit.Rootfs(t), "tty", "--", "sh")
+	cmd := s.command(args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-done
+		p.done <- <-p.done
 	})
+	return p
+}
 
+// shell checks a shell on the terminal: its prompt, the terminal's size and a change of it,
+// Ctrl-D ending it and shimctl with exit 0, and the terminal restored.
+func (p *pty) shell() {
+	t := p.t
+	t.Helper()
 	testkit.Eventually(t, 20*time.Second, "no shell prompt", func() bool {
-		return strings.Contains(screen.String(), "# ")
+		return strings.Contains(p.screen.String(), "# ")
 	})
 	// The size the pty had when shimctl started reaches the container after Start.
-	typeUntil(t, master, &screen, "stty size\r", "30 100")
-	if err := master.Resize(console.WinSize{Height: 40, Width: 120}); err != nil {
+	p.typeUntil("stty size\r", "30 100")
+	if err := p.master.Resize(console.WinSize{Height: 40, Width: 120}); err != nil {
 		t.Fatal(err)
 	}
-	typeUntil(t, master, &screen, "stty size\r", "40 120")
+	p.typeUntil("stty size\r", "40 120")
 
-	if _, err := master.Write([]byte("\x04")); err != nil {
+	if _, err := p.master.Write([]byte("\x04")); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-done:
-		done <- err
+	case err := <-p.done:
+		p.done <- err
 		if err != nil {
-			t.Errorf("run -t after Ctrl-D: %v, want exit 0; screen %q", err, screen.String())
+			t.Errorf("shimctl after Ctrl-D: %v, want exit 0; screen %q", err, p.screen.String())
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("run -t did not end after Ctrl-D; screen %q", screen.String())
+		t.Fatalf("shimctl did not end after Ctrl-D; screen %q", p.screen.String())
 	}
-	after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	after, err := unix.IoctlGetTermios(int(p.slave.Fd()), unix.TCGETS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *after != *before {
-		t.Errorf("the terminal was not restored:\nbefore %+v\nafter  %+v", *before, *after)
+	if *after != *p.before {
+		t.Errorf("the terminal was not restored:\nbefore %+v\nafter  %+v", *p.before, *after)
 	}
-	s.expectNoTask("tty")
 }
 
 // typeUntil types line on the terminal until want appears on the screen after it.
-func typeUntil(t *testing.T, master console.Console, screen *testkit.Buffer, line, want string) {
-	t.Helper()
+func (p *pty) typeUntil(line, want string) {
+	p.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		mark := len(screen.String())
-		if _, err := master.Write([]byte(line)); err != nil {
-			t.Fatal(err)
+		mark := len(p.screen.String())
+		if _, err := p.master.Write([]byte(line)); err != nil {
+			p.t.Fatal(err)
 		}
 		end := time.Now().Add(time.Second)
 		for time.Now().Before(end) {
-			if strings.Contains(screen.String()[mark:], want) {
+			if strings.Contains(p.screen.String()[mark:], want) {
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("typed %q, never saw %q; screen %q", line, want, screen.String())
+			p.t.Fatalf("typed %q, never saw %q; screen %q", line, want, p.screen.String())
 		}
 	}
 }

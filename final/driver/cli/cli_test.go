@@ -4,12 +4,16 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/api/types"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/shimwalk/shimwalk/final/driver"
@@ -85,5 +89,53 @@ func TestFormatEvent(t *testing.T) {
 	if !obj.Timestamp.Equal(at) || obj.Namespace != "ns" || obj.Topic != "/tasks/exit" ||
 		obj.Type != "containerd.events.TaskExit" || obj.Event.ContainerID != "c1" || obj.Event.Pid != 42 {
 		t.Errorf("JSON event %s decodes to %+v", line, obj)
+	}
+}
+
+// TestEveryCommandHasAnExample walks the command tree: --help shows an example everywhere.
+func TestEveryCommandHasAnExample(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Example == "" && !c.Hidden && c.Name() != "help" && c.Name() != "completion" &&
+			(c.Parent() == nil || c.Parent().Name() != "completion") {
+			t.Errorf("%s has no example", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	root := newRoot(&globals{})
+	root.InitDefaultCompletionCmd()
+	walk(root)
+}
+
+func TestDescribeForStepShims(t *testing.T) {
+	for _, tc := range []struct{ shim, msg, want string }{
+		{"containerd-shim-step02-v2", "Create: added in step 03-runc-create", "step 02 does not implement Create yet; it arrives in step 03"},
+		{"containerd-shim-step04-v2", "Wait: added in step 05-wait-events", "step 04 does not implement Wait yet; it arrives in step 05"},
+		{"containerd-shim-step06-v2", "Pids: added in final", "step 06 does not implement Pids yet; it arrives in the final shim"},
+		{"containerd-shim-step06-v2", "Create with a terminal: added in final", "step 06 does not implement Create with a terminal yet; it arrives in the final shim"},
+		{"my-shim", "Pause: added in final", "this shim does not implement Pause yet; it arrives in the final shim"},
+		{"containerd-shim-step03-v2", "no such thing", "this shim does not implement that call: no such thing"},
+	} {
+		err := fmt.Errorf("create: %w", status.Error(codes.Unimplemented, tc.msg))
+		if got := describeFor(tc.shim, err); got != tc.want {
+			t.Errorf("describeFor(%q, %q) = %q, want %q", tc.shim, tc.msg, got, tc.want)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64 // 0: an error
+	}{
+		{"1024", 1024}, {"64m", 64 << 20}, {"64M", 64 << 20}, {"1g", 1 << 30}, {"2kb", 2048},
+		{"0", 0}, {"-1m", 0}, {"m", 0}, {"lots", 0}, {"", 0}, {"99999999999t", 0},
+	} {
+		got, err := parseSize(tc.in)
+		if (tc.want == 0) != (err != nil) || got != tc.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
 	}
 }
