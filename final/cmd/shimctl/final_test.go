@@ -258,3 +258,18 @@ func TestUsageOfTaskCommands(t *testing.T) {
 		t.Errorf("refused commands left %v behind", left)
 	}
 }
+
+// TestRuntimeBinary: --runtime-binary reaches the shim as the runc options' BinaryName, which
+// the shim then runs in place of runc.
+func TestRuntimeBinary(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.track("rb")
+	missing := filepath.Join(testkit.TempDir(t), "no-such-runtime")
+	r := s.run("run", "--rm", "--runtime-binary", missing, "--rootfs", testkit.Rootfs(t), "rb", "--", "true")
+	if r.Code != 1 {
+		t.Errorf("run --runtime-binary %s: exit %d, want 1", missing, r.Code)
+	}
+	oneLine(t, "run --runtime-binary", r.Stderr, missing)
+	s.expectNoTask("rb")
+}

@@ -52,7 +52,7 @@ func createTaskWith(ctx context.Context, notes io.Writer, d *driver.Driver, id s
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := newBundle(d, id, driver.SpecOptions{Args: args, Rootfs: root, Readonly: true}, o.terminal); err != nil {
+	if err := newBundle(d, id, driver.SpecOptions{Args: args, Rootfs: root, Readonly: true}, o); err != nil {
 		// EEXIST: another shimctl made this bundle since the check above; it is not ours.
 		if !errors.Is(err, os.ErrExist) {
 			_ = d.RemoveBundle(id)
@@ -86,9 +86,10 @@ func createTaskWith(ctx context.Context, notes io.Writer, d *driver.Driver, id s
 	return c, resp.Pid, nil
 }
 
-// newBundle is driver.NewBundle for a task whose init may have a terminal.
-func newBundle(d *driver.Driver, id string, so driver.SpecOptions, terminal bool) error {
-	if !terminal {
+// newBundle is driver.NewBundle for a task whose init may have a terminal, or run under
+// another OCI runtime than runc.
+func newBundle(d *driver.Driver, id string, so driver.SpecOptions, o createOptions) error {
+	if !o.terminal && o.runtimeBinary == "" {
 		_, err := d.NewBundle(id, so)
 		return err
 	}
@@ -100,10 +101,20 @@ func newBundle(d *driver.Driver, id string, so driver.SpecOptions, terminal bool
 		so.CgroupsPath = path.Join(d.CgroupParent, d.Namespace, id)
 	}
 	spec := driver.DefaultSpec(d.Namespace, id, so)
-	spec.Process.Terminal = true
-	spec.Process.Env = append(spec.Process.Env, "TERM=xterm")
+	if o.terminal {
+		spec.Process.Terminal = true
+		spec.Process.Env = append(spec.Process.Env, "TERM=xterm")
+	}
+	if o.runtimeBinary != "" {
+		// Another runtime may know only the 1.0 spec (crun 1.8 refuses any other version),
+		// and the default spec uses nothing newer.
+		spec.Version = oci10
+	}
 	return driver.WriteSpec(bundle, spec)
 }
+
+// oci10 is the runtime-spec version a bundle for another OCI runtime declares.
+const oci10 = "1.0.2"
 
 // rootfsDir is the absolute path of the container's root: dir when given, or else the busybox
 // rootfs of the state directory, built on first use.
