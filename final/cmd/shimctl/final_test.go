@@ -273,3 +273,24 @@ func TestRuntimeBinary(t *testing.T) {
 	oneLine(t, "run --runtime-binary", r.Stderr, missing)
 	s.expectNoTask("rb")
 }
+
+// TestStepAwareForTheTasksShim: the step named is that of the shim that started the task, as its
+// bundle records, even when the command names no shim.
+func TestStepAwareForTheTasksShim(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, step04)
+	s.detached("st04", "sleep", "1000")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"task", "pause", "st04"}, "step 04 does not implement Pause yet; it arrives in the final shim"},
+		{[]string{"task", "exec", "st04", "--", "true"}, "step 04 does not implement Exec yet; it arrives in the final shim"},
+	} {
+		r := testkit.Run(t, "", s.env, s.bin, append([]string{"--state", s.state}, tc.args...)...)
+		if r.Code != 1 {
+			t.Errorf("shimctl %s: exit %d, want 1", strings.Join(tc.args, " "), r.Code)
+		}
+		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
+	}
+}

@@ -65,6 +65,7 @@ returns; the exec stays in the shim ("task ps" names it) until the task is delet
 				return err
 			}
 			id, argv := args[0], args[1:]
+			g.noteShim(d, id)
 			c, err := connect(cmd.Context(), d, id)
 			if err != nil {
 				return err

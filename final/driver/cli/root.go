@@ -33,6 +33,8 @@ type globals struct {
 	shim      string
 	runtime   string
 	debug     bool
+	// taskShim is the shim binary of the task the command talks to, from its bundle.
+	taskShim string
 }
 
 // usageError marks errors in how shimctl was called, which exit with exitUsage.

@@ -40,8 +40,12 @@ func resolveRuntime(name string) (string, error) {
 	return "", fmt.Errorf("runtime %s: no %s on PATH or beside shimctl", name, bin)
 }
 
-// shimName is the base name of the shim binary the flags name, "" when there is none.
+// shimName is the base name of the shim binary a failed command talked to: the one that
+// started its task, as the bundle records, or else the one the flags name; "" when there is none.
 func (g *globals) shimName() string {
+	if g.taskShim != "" {
+		return filepath.Base(g.taskShim)
+	}
 	p, err := g.shimPath()
 	if err != nil {
 		return ""
@@ -76,4 +80,11 @@ func describeFor(shim string, err error) string {
 		when = "it arrives in the final shim"
 	}
 	return fmt.Sprintf("%s does not implement %s yet; %s", who, m[1], when)
+}
+
+// noteShim records the shim binary that started task id, for shimName.
+func (g *globals) noteShim(d *driver.Driver, id string) {
+	if p, err := os.ReadFile(filepath.Join(d.Bundle(id), "shim-binary-path")); err == nil {
+		g.taskShim = string(p)
+	}
 }

@@ -225,6 +225,7 @@ func withConn(g *globals, body func(*cobra.Command, *driver.Conn, string) error)
 		if err != nil {
 			return err
 		}
+		g.noteShim(d, args[0])
 		c, err := connect(cmd.Context(), d, args[0])
 		if err != nil {
 			return err
