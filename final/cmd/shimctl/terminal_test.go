@@ -3,7 +3,9 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,6 +43,44 @@ func TestExecTerminal(t *testing.T) {
 	oneLine(t, "kill of the ended exec", r.Stderr, "exec sh in task xtty: not found")
 }
 
+// TestTerminalRestoredOnFailure: a run -t that fails, or ends by a signal forwarded and a kill
+// from elsewhere, leaves the terminal as it found it.
+func TestTerminalRestoredOnFailure(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	rootfs := testkit.Rootfs(t)
+
+	t.Run("create fails", func(t *testing.T) {
+		s := *s
+		s.t = t
+		s.track("ttyfail")
+		p := s.onPty("run", "-t", "--rm", "--runtime-binary", "/nonexistent/runtime", "--rootfs", rootfs, "ttyfail", "--", "sh")
+		p.expectExit(1)
+		p.expectRestored()
+		s.expectNoTask("ttyfail")
+	})
+
+	t.Run("killed", func(t *testing.T) {
+		s := *s
+		s.t = t
+		s.track("ttykill")
+		p := s.onPty("run", "-t", "--rm", "--rootfs", rootfs, "ttykill", "--", "sh")
+		testkit.Eventually(t, 20*time.Second, "no shell prompt", func() bool {
+			return strings.Contains(p.screen.String(), "# ")
+		})
+		// Forwarded to the shell, PID 1 of its container, which ignores it.
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.run("task", "kill", "-s", "KILL", "ttykill"); r.Code != 0 {
+			t.Fatalf("task kill: exit %d: %s", r.Code, r.Stderr)
+		}
+		p.expectExit(137)
+		p.expectRestored()
+		s.expectNoTask("ttykill")
+	})
+}
+
 // pty is shimctl running with a pseudo-terminal's slave as its controlling terminal.
 type pty struct {
 	t      *testing.T
@@ -49,6 +89,7 @@ type pty struct {
 	screen testkit.Buffer // everything shimctl showed on the terminal
 	before *unix.Termios  // the slave's settings before shimctl started
 	done   chan error     // of shimctl's Wait
+	cmd    *exec.Cmd
 }
 
 func (s *shimctl) onPty(args ...string) *pty {
@@ -67,7 +108,7 @@ func (s *shimctl) onPty(args ...string) *pty {
 	if err := master.Resize(console.WinSize{Height: 30, Width: 100}); err != nil {
 		t.Fatal(err)
 	}
-	p := &pty{t: t, master: master, slave: slave, done: make(chan error, 1)}
+	p := &pty{t: t, master: master, slave: slave, done: make(chan error, 1), cmd: s.command(args...)}
 	if p.before, err = unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +123,7 @@ func (s *shimctl) onPty(args ...string) *pty {
 			}
 		}
 	}()
-	cmd := s.command(args...)
+	cmd := p.cmd
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
@@ -114,15 +155,36 @@ func (p *pty) shell() {
 	if _, err := p.master.Write([]byte("\x04")); err != nil {
 		t.Fatal(err)
 	}
+	p.expectExit(0)
+	p.expectRestored()
+}
+
+// expectExit waits for shimctl to end and checks its exit code.
+func (p *pty) expectExit(want int) {
+	t := p.t
+	t.Helper()
 	select {
 	case err := <-p.done:
 		p.done <- err
-		if err != nil {
-			t.Errorf("shimctl after Ctrl-D: %v, want exit 0; screen %q", err, p.screen.String())
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != want {
+			t.Errorf("shimctl: exit %d, want %d; screen %q", code, want, p.screen.String())
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("shimctl did not end after Ctrl-D; screen %q", p.screen.String())
+		t.Fatalf("shimctl did not end; screen %q", p.screen.String())
 	}
+}
+
+// expectRestored checks that the terminal's settings are those it had before shimctl.
+func (p *pty) expectRestored() {
+	t := p.t
+	t.Helper()
 	after, err := unix.IoctlGetTermios(int(p.slave.Fd()), unix.TCGETS)
 	if err != nil {
 		t.Fatal(err)
