@@ -27,6 +27,7 @@ import (
 	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/ttrpc"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
@@ -233,7 +234,11 @@ func (m *demo) record(r driver.Record) {
 	switch r.Kind {
 	case driver.KindRPC:
 		answer := "ok"
-		if r.Code != codes.OK.String() {
+		switch {
+		case r.Error == ttrpc.ErrClosed.Error():
+			// A shim may exit before its reply to Shutdown leaves: that is a shutdown too.
+			answer = "closed"
+		case r.Code != codes.OK.String():
 			answer = r.Code
 		}
 		text = fmt.Sprintf("   -> %-11s %-14s %s", r.Name, answer, demoLatency(r.Duration))
