@@ -7,8 +7,10 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +33,8 @@ const (
 // Record is one thing the driver did or saw. It encodes to JSON as is; durations and offsets
 // are nanoseconds.
 type Record struct {
-	Offset    time.Duration `json:"offset"` // since the trace began
+	// Offset is when it happened, since the trace began; for an exec or an RPC, when it began.
+	Offset    time.Duration `json:"offset"`
 	Kind      string        `json:"kind"`
 	Name      string        `json:"name"`           // exec: the action; rpc: the method; event: the topic
 	Args      []string      `json:"args,omitempty"` // exec: the command line
@@ -71,14 +74,15 @@ func (t *Trace) Records() []Record {
 	return append([]Record(nil), t.records...)
 }
 
-// Add appends r, stamping its offset when it has none.
+// Add appends r, stamping its offset, when it has none, with now less its duration. Records
+// are in the order they were added: a call's record follows what happened while it ran.
 func (t *Trace) Add(r Record) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	if r.Offset == 0 {
-		r.Offset = time.Since(t.began)
+		r.Offset = max(time.Since(t.began)-r.Duration, 0)
 	}
 	t.records = append(t.records, r)
 	t.mu.Unlock()
@@ -247,28 +251,31 @@ func (t *Trace) Mermaid() string {
 			container = true
 		}
 	}
-	var b strings.Builder
-	b.WriteString("sequenceDiagram\n")
-	b.WriteString("    participant shimctl as shimctl (containerd)\n")
-	b.WriteString("    participant shim\n")
-	if container {
-		b.WriteString("    participant container as runc / container\n")
+	// A call is drawn as its request when it began and its reply when it ended, so that what
+	// happened in between (an event the shim forwarded while answering) shows in between.
+	type line struct {
+		at   time.Duration
+		text string
+	}
+	var lines []line
+	add := func(at time.Duration, format string, args ...any) {
+		lines = append(lines, line{at, fmt.Sprintf("    "+format+"\n", args...)})
 	}
 	for _, r := range records {
 		switch r.Kind {
 		case KindExec:
-			fmt.Fprintf(&b, "    shimctl->>shim: exec %s\n", mermaidText(r.Name))
+			add(r.Offset, "shimctl->>shim: exec %s", mermaidText(r.Name))
 			reply := "exit 0"
 			if r.Error != "" {
 				reply = "failed: " + r.Error
 			} else if b, err := ParseStartReply([]byte(r.Reply)); r.Name == "start" && err == nil {
 				reply = b.Address
 			}
-			fmt.Fprintf(&b, "    shim-->>shimctl: %s (%s)\n", mermaidText(reply), roundDuration(r.Duration))
+			add(r.Offset+r.Duration, "shim-->>shimctl: %s (%s)", mermaidText(reply), roundDuration(r.Duration))
 		case KindRPC:
-			fmt.Fprintf(&b, "    shimctl->>shim: %s\n", mermaidText(r.Name))
+			add(r.Offset, "shimctl->>shim: %s", mermaidText(r.Name))
 			if r.Code == "OK" && runcCalls[r.Name] != "" {
-				fmt.Fprintf(&b, "    shim->>container: %s\n", runcCalls[r.Name])
+				add(r.Offset, "shim->>container: %s", runcCalls[r.Name])
 			}
 			reply := "OK"
 			if r.Code != "OK" {
@@ -277,14 +284,25 @@ func (t *Trace) Mermaid() string {
 					reply += ": " + r.Error
 				}
 			}
-			fmt.Fprintf(&b, "    shim-->>shimctl: %s (%s)\n", mermaidText(reply), roundDuration(r.Duration))
+			add(r.Offset+r.Duration, "shim-->>shimctl: %s (%s)", mermaidText(reply), roundDuration(r.Duration))
 		case KindEvent:
-			fmt.Fprintf(&b, "    shim-)shimctl: event %s %s\n", mermaidText(r.Name), mermaidText(r.Container))
+			add(r.Offset, "shim-)shimctl: event %s %s", mermaidText(r.Name), mermaidText(r.Container))
 		case KindExit:
 			if r.ExitStatus != nil {
-				fmt.Fprintf(&b, "    Note over shim,container: exit status %d, seen through %s\n", *r.ExitStatus, mermaidText(r.Name))
+				add(r.Offset, "Note over shim,container: exit status %d, seen through %s", *r.ExitStatus, mermaidText(r.Name))
 			}
 		}
+	}
+	slices.SortStableFunc(lines, func(a, b line) int { return cmp.Compare(a.at, b.at) })
+	var b strings.Builder
+	b.WriteString("sequenceDiagram\n")
+	b.WriteString("    participant shimctl as shimctl (containerd)\n")
+	b.WriteString("    participant shim\n")
+	if container {
+		b.WriteString("    participant container as runc / container\n")
+	}
+	for _, l := range lines {
+		b.WriteString(l.text)
 	}
 	return b.String()
 }

@@ -46,7 +46,7 @@ func TestTraceRecordsThroughWrap(t *testing.T) {
 		t.Fatalf("Wait: %v %v", resp, err)
 	}
 	tr.Event(Event{Topic: "/tasks/exit", Event: &eventstypes.TaskExit{ContainerID: "c1", Pid: 42, ExitStatus: 3}})
-	tr.Exec("delete", []string{"shim", "delete"}, time.Millisecond, nil, errors.New("boom"))
+	tr.Exec("delete", []string{"shim", "delete"}, 0, nil, errors.New("boom"))
 
 	want := []string{"rpc Create", "rpc Stats", "rpc Wait", "exit Wait", "event /tasks/exit", "exit TaskExit", "exec delete"}
 	if strings.Join(seen, ",") != strings.Join(want, ",") {
@@ -60,8 +60,9 @@ func TestTraceRecordsThroughWrap(t *testing.T) {
 		t.Errorf("Wait's exit record = %+v", records[3])
 	}
 	for i, r := range records {
-		if i > 0 && r.Offset < records[i-1].Offset {
-			t.Errorf("record %d goes back in time: %v < %v", i, r.Offset, records[i-1].Offset)
+		// Records are added as things end: a call's record begins earlier, and ends later.
+		if end, prev := r.Offset+r.Duration, records[max(i-1, 0)]; end < prev.Offset+prev.Duration {
+			t.Errorf("record %d ends before the one added before it: %+v, %+v", i, r, prev)
 		}
 		data, err := json.Marshal(r)
 		if err != nil {
@@ -89,16 +90,18 @@ func TestNilTraceRecordsNothing(t *testing.T) {
 
 func TestMermaid(t *testing.T) {
 	u := func(v uint32) *uint32 { return &v }
+	ms := time.Millisecond
 	tr := &Trace{records: []Record{
-		{Kind: KindExec, Name: "start", Args: []string{"shim", "start"}, Duration: 12345678 * time.Nanosecond,
+		{Offset: 0, Kind: KindExec, Name: "start", Args: []string{"shim", "start"}, Duration: 12345678 * time.Nanosecond,
 			Reply: `{"version":2,"address":"unix:///run/s/1.sock","protocol":"ttrpc"}`},
-		{Kind: KindRPC, Name: "Create", Container: "demo", Code: "OK", Duration: 20 * time.Millisecond},
-		{Kind: KindEvent, Name: "/tasks/create", Container: "demo"},
-		{Kind: KindRPC, Name: "State", Code: "NotFound", Error: strings.Repeat("x", 70)},
-		{Kind: KindRPC, Name: "Stats", Code: "Unimplemented", Error: "Stats: added in step 07; sorry #1",
+		// Added when Create returned, after the event forwarded while it ran.
+		{Offset: 15 * ms, Kind: KindEvent, Name: "/tasks/create", Container: "demo"},
+		{Offset: 13 * ms, Kind: KindRPC, Name: "Create", Container: "demo", Code: "OK", Duration: 20 * ms},
+		{Offset: 40 * ms, Kind: KindRPC, Name: "State", Code: "NotFound", Error: strings.Repeat("x", 70)},
+		{Offset: 50 * ms, Kind: KindRPC, Name: "Stats", Code: "Unimplemented", Error: "Stats: added in step 07; sorry #1",
 			Duration: 300 * time.Microsecond},
-		{Kind: KindExit, Name: "Wait", Container: "demo", ExitStatus: u(3)},
-		{Kind: KindExec, Name: "delete", Duration: time.Second + 2*time.Millisecond},
+		{Offset: 60 * ms, Kind: KindExit, Name: "Wait", Container: "demo", ExitStatus: u(3)},
+		{Offset: 70 * ms, Kind: KindExec, Name: "delete", Duration: time.Second + 2*ms},
 	}}
 	want := `sequenceDiagram
     participant shimctl as shimctl (containerd)
@@ -108,8 +111,8 @@ func TestMermaid(t *testing.T) {
     shim-->>shimctl: unix:///run/s/1.sock (12.35ms)
     shimctl->>shim: Create
     shim->>container: runc create
-    shim-->>shimctl: OK (20ms)
     shim-)shimctl: event /tasks/create demo
+    shim-->>shimctl: OK (20ms)
     shimctl->>shim: State
     shim-->>shimctl: NotFound: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (0s)
     shimctl->>shim: Stats
