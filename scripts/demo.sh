@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The narrated walkthrough behind `make demo`: drives the newest shim in bin/ with shimctl and
-# shows what happens, as far as that shim goes. Run as root from the repo root after `make build`.
+# shows what happens, as far as that shim goes, and ends with `shimctl demo`, which narrates one
+# container's life cycle from inside the driver and draws it as a Mermaid sequence diagram.
+# Run as root from the repo root after `make build`.
 # DEMO_SHIM=bin/containerd-shim-step03-v2 picks another shim. Everything lives in a private state
 # directory that is removed at the end, and a demo that fails half-way leaves nothing running.
 set -euo pipefail
@@ -238,5 +240,8 @@ if ((step >= 6)); then
 	show shimctl task delete survivor
 	stop_events
 fi
+
+say "One container's whole life cycle again, narrated by shimctl demo, with the trace as a sequence diagram"
+show bin/shimctl --shim "$shim" demo
 
 say "Done: every shim and container is gone, and $demo is removed"
