@@ -188,6 +188,18 @@ func TestDemoEachStep(t *testing.T) {
 	}
 }
 
+func TestDemoUsage(t *testing.T) {
+	bin := demoShimctl(t)
+	for _, args := range [][]string{{"--step", "07"}, {"--step", "x"}, {"--step", "03", "--shim", bin}, {"extra"}} {
+		tmp := demoTmp(t)
+		r := testkit.Run(t, "", []string{"TMPDIR=" + tmp}, bin, append([]string{"demo"}, args...)...)
+		if r.Code != 2 || r.Stdout != "" || !strings.HasPrefix(r.Stderr, "shimctl: ") {
+			t.Errorf("demo %v: exit %d, stdout %q, stderr %q; want a usage error", args, r.Code, r.Stdout, r.Stderr)
+		}
+		expectDemoGone(t, tmp, "")
+	}
+}
+
 // An interrupted demo takes down what it started, whatever phase it is in.
 func TestDemoInterrupted(t *testing.T) {
 	bin := demoShimctl(t)

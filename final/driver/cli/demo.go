@@ -93,8 +93,8 @@ and the diagram.`,
 func demoShim(g *globals, step string) (string, int, error) {
 	var shim string
 	switch {
-	case step != "" && g.shim != "":
-		return "", 0, usageError{errors.New("demo: --step and --shim do not go together")}
+	case step != "" && (g.shim != "" || g.runtime != ""):
+		return "", 0, usageError{errors.New("demo: --step does not go with --shim or --runtime")}
 	case step != "":
 		n, err := strconv.Atoi(step)
 		if err != nil || n < 1 || n > 6 {
