@@ -33,7 +33,7 @@ var demoCases = []demoCase{
 		want:    []string{"-> Connect     ok", "Create: Unimplemented: ", "-> Shutdown", "-> exec delete", "Step 02 stops here"},
 		wantNot: []string{"runc create", "container init pid"}},
 	{step: "03",
-		want: []string{"-> Create      ok", "container| hello from the container", "not to the shim",
+		want: []string{"-> Create      ok", "container| hello from the container", "Processes after Create:", "not to the shim",
 			"-> Wait        Unimplemented", "polling State", "exit status: 255 (State STOPPED)", "-> Delete      ok"},
 		wantNot: []string{"<= event"}},
 	{step: "04",

@@ -432,6 +432,51 @@ func (m *demo) procTable(procs ...driver.Proc) {
 	}
 }
 
+// demoNode is a process at its depth in a tree.
+type demoNode struct {
+	driver.Proc
+	depth int
+}
+
+// processTree reads pid and its descendants from /proc, depth first.
+func processTree(pid, depth int) []demoNode {
+	p, err := driver.ReadProc(pid)
+	if err != nil || depth > 4 {
+		return nil
+	}
+	nodes := []demoNode{{p, depth}}
+	for _, c := range p.Children {
+		nodes = append(nodes, processTree(c, depth+1)...)
+	}
+	return nodes
+}
+
+// treeTable prints a process tree as procTable does, each command indented by its depth.
+func (m *demo) treeTable(nodes []demoNode) {
+	procs := make([]driver.Proc, len(nodes))
+	for i, n := range nodes {
+		procs[i] = n.Proc
+		procs[i].Command = strings.Repeat("  ", n.depth) + runcAction(n.Command)
+	}
+	m.procTable(procs...)
+}
+
+// runcAction shortens a runc command line to what it does ("runc ... create"): its flags and
+// paths would not fit.
+func runcAction(cmd string) string {
+	f := strings.Fields(cmd)
+	if len(f) < 3 || filepath.Base(f[0]) != "runc" {
+		return cmd
+	}
+	for _, a := range f[1:] {
+		switch a {
+		case "create", "start", "kill", "delete", "state", "exec", "pause", "resume", "update":
+			return "runc ... " + a
+		}
+	}
+	return cmd
+}
+
 func demoShort(s string, n int) string {
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-3]) + "..."
@@ -552,17 +597,62 @@ func (m *demo) create(ctx context.Context) (bool, error) {
 	}
 	m.fact("stdio", "FIFOs in "+fifos.Dir)
 	m.created = true
+	// runc create is the init's first parent only while Create runs: /proc is sampled meanwhile
+	// to show it.
+	stopSampling := make(chan struct{})
+	sampled := make(chan [][]demoNode, 1)
+	go func() {
+		// Owned by create: ends when stopSampling is closed, right after the Create call.
+		var trees [][]demoNode
+		for {
+			if tree := processTree(m.shimPid, 0); len(tree) > 1 {
+				trees = append(trees, tree)
+			}
+			select {
+			case <-stopSampling:
+				sampled <- trees
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
 	resp, err := m.conn.Task.Create(ctx, &taskapi.CreateTaskRequest{ID: m.id, Bundle: m.d.Bundle(m.id), Stdout: fifos.Stdout, Stderr: fifos.Stderr})
+	close(stopSampling)
+	trees := <-sampled
 	if err != nil {
 		return false, fmt.Errorf("create: %w", err)
 	}
 	m.fact("container init pid", resp.Pid)
-	m.containerTree(int(resp.Pid), "after Create")
+	// The last view with the init below runc create, or else the fullest one.
+	var during []demoNode
+	for _, tree := range trees {
+		if len(tree) > len(during) {
+			during = tree
+		}
+	}
+	for _, tree := range trees {
+		for _, n := range tree {
+			if n.Pid == int(resp.Pid) && n.depth > 1 {
+				during = tree
+			}
+		}
+	}
+	if len(during) > 1 {
+		m.say("Processes during Create, as /proc showed them: the shim ran runc create, whose child becomes the container's init.")
+		m.treeTable(during)
+	}
+	firstParent := 0
+	for _, n := range during {
+		if n.Pid == int(resp.Pid) {
+			firstParent = n.PPid
+		}
+	}
+	m.containerTree(int(resp.Pid), "after Create", firstParent)
 	return true, nil
 }
 
 // containerTree shows the shim and the container's init, and whose child the init is.
-func (m *demo) containerTree(pid int, when string) {
+func (m *demo) containerTree(pid int, when string, firstParent int) {
 	shim, _ := driver.ReadProc(m.shimPid)
 	init, err := driver.ReadProc(pid)
 	if err != nil {
@@ -574,13 +664,17 @@ func (m *demo) containerTree(pid int, when string) {
 	if when != "after Create" {
 		return
 	}
+	forked := "runc create forked the init and exited"
+	if firstParent > 0 {
+		forked = fmt.Sprintf("runc create (%d) forked the init and exited", firstParent)
+	}
 	if init.PPid == m.shimPid {
-		m.say("runc create forked the init and exited; the orphaned init was re-parented to the shim (%d), a child subreaper: the shim will reap it and learn its exit status.", m.shimPid)
+		m.say("%s; the orphaned init was re-parented to the shim (%d), a child subreaper: the shim will reap it and learn its exit status.", forked, m.shimPid)
 		return
 	}
 	parent, _ := driver.ReadProc(init.PPid)
-	m.say("runc create forked the init and exited; the orphaned init was re-parented to %d (%s), not to the shim (%d): the shim cannot collect its exit. Step 04 makes the shim a subreaper.",
-		init.PPid, demoShort(parent.Command, 24), m.shimPid)
+	m.say("%s; the orphaned init was re-parented to %d (%s), not to the shim (%d): the shim cannot collect its exit. Step 04 makes the shim a subreaper.",
+		forked, init.PPid, demoShort(parent.Command, 24), m.shimPid)
 }
 
 // startTask is the Start RPC.
@@ -597,7 +691,7 @@ func (m *demo) startTask(ctx context.Context) (bool, error) {
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	m.containerTree(int(resp.Pid), "while it runs")
+	m.containerTree(int(resp.Pid), "while it runs", 0)
 	return true, nil
 }
 
