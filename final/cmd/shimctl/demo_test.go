@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -87,6 +88,8 @@ func runDemo(t *testing.T, bin string, args ...string) testkit.Result {
 	return r
 }
 
+var taskID = regexp.MustCompile(`task id"?[:,]\s*(?:"value":)?"?(demo-[0-9a-f]+)`)
+
 var initPid = regexp.MustCompile(`container init pid"?[:,]\s*(?:"value":)?(\d+)`)
 
 // expectDemoGone fails the test for anything of a demo run in tmp that is left.
@@ -105,6 +108,11 @@ func expectDemoGone(t *testing.T, tmp, stdout string) {
 		if strings.Contains(string(cmdline), tmp) && testkit.Alive(pid) {
 			t.Errorf("process %d of the demo outlived it: %q", pid, cmdline)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if m := taskID.FindStringSubmatch(stdout); m != nil {
+		if left, _ := filepath.Glob("/sys/fs/cgroup/shimwalk/*/" + m[1]); len(left) > 0 {
+			t.Errorf("the demo left cgroups: %v", left)
 		}
 	}
 	if m := initPid.FindStringSubmatch(stdout); m != nil {
@@ -198,6 +206,20 @@ func TestDemoUsage(t *testing.T) {
 		}
 		expectDemoGone(t, tmp, "")
 	}
+}
+
+// A TMPDIR too deep for the shim's socket is refused before anything starts.
+func TestDemoDeepTmpdir(t *testing.T) {
+	bin := demoShimctl(t)
+	deep := filepath.Join(demoTmp(t), strings.Repeat("d", 60))
+	if err := os.Mkdir(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := testkit.Run(t, "", []string{"TMPDIR=" + deep}, bin, "demo", "--step", "01")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "set TMPDIR to a shorter one") {
+		t.Errorf("demo in a deep TMPDIR: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	expectDemoGone(t, deep, r.Stdout)
 }
 
 // An interrupted demo takes down what it started, whatever phase it is in.

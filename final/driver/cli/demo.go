@@ -297,6 +297,12 @@ func (m *demo) setup() error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
+	// The shims name their socket with 64 hex digits in SHIMWALK_SOCKET_DIR; a unix socket's
+	// path has room for 107 bytes.
+	if n := len(filepath.Join(dir, "s")) + 1 + 64; n > 107 {
+		os.RemoveAll(dir)
+		return fmt.Errorf("demo: the temporary directory %s is too deep for the shim's socket (%d bytes, at most 107): set TMPDIR to a shorter one", dir, n)
+	}
 	var suffix [3]byte
 	_, _ = rand.Read(suffix[:])
 	m.dir, m.runcRoot = dir, filepath.Join(dir, "runc")
