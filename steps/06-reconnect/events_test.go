@@ -85,7 +85,9 @@ func TestEarlyExitComesAfterStart(t *testing.T) {
 	d := testkit.NewDriver(t, shimBinary(t))
 	events := testkit.Events(t, d)
 	k := testkit.NewTask(t, d, "early", testkit.TaskOptions{Args: []string{"true"}, NullIO: true})
-	const runs = 20
+	// The race is won or lost by microseconds: enough runs that a shim without the hold
+	// is caught, even on a busy machine.
+	const runs = 100
 	for i := 0; i < runs; i++ {
 		k.Run()
 		if _, err := k.Conn.Task.Wait(k.Ctx(), &taskapi.WaitRequest{ID: k.ID}); err != nil {
