@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/ttrpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
@@ -113,7 +115,9 @@ func TestShutdown(t *testing.T) {
 	d := testkit.NewDriver(t, shimBinary(t))
 	b, pid, _ := startShim(t, d, "down")
 	ctx := rpcContext(t)
-	if _, err := dial(t, b).Task.Shutdown(ctx, &taskapi.ShutdownRequest{ID: "down"}); err != nil {
+	// The shim may be gone before its reply leaves: containerd takes ttrpc.ErrClosed from
+	// Shutdown for success (core/runtime/v2/shim.go), and so does this test.
+	if _, err := dial(t, b).Task.Shutdown(ctx, &taskapi.ShutdownRequest{ID: "down"}); err != nil && !errors.Is(err, ttrpc.ErrClosed) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	testkit.ExpectGone(t, pid, "shim after Shutdown")

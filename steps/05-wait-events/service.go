@@ -88,7 +88,9 @@ func serve(o options) error {
 	taskapi.RegisterTTRPCTaskService(srv, svc)
 
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }() // ends when srv is shut down below
+	// Not ctx: the Shutdown RPC cancels ctx, and ttrpc closes a connection whose context ends,
+	// which would drop the reply to that very Shutdown. srv.Shutdown below ends Serve.
+	go func() { served <- srv.Serve(context.Background(), ln) }()
 	logger.Info("serving", "namespace", o.namespace, "id", o.id, "socket", path, "pid", os.Getpid())
 
 	select {

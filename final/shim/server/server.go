@@ -99,7 +99,9 @@ func Serve(cfg Config) error {
 
 	path := cfg.Listener.Addr().String()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, cfg.Listener) }() // ends when srv is shut down below
+	// Not ctx: the Shutdown RPC cancels ctx, and ttrpc closes a connection whose context ends,
+	// which would drop the reply to that very Shutdown. srv.Shutdown below ends Serve.
+	go func() { served <- srv.Serve(context.Background(), cfg.Listener) }()
 	cfg.Log.Info("serving", "namespace", cfg.Namespace, "id", cfg.ID, "socket", path, "pid", os.Getpid())
 
 	select {
