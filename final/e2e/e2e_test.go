@@ -213,6 +213,7 @@ func (e *env) testPauseResume(t *testing.T) {
 	e = e.sub(t)
 	id := e.id("pause")
 	e.cleanup(id)
+	seen := e.watchEvents(t)
 	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
 		t.Fatalf("ctr run -d: %s", r.Stderr)
 	}
@@ -224,6 +225,9 @@ func (e *env) testPauseResume(t *testing.T) {
 		t.Fatalf("ctr task resume: %s", r.Stderr)
 	}
 	e.waitStatus(id, "RUNNING")
+	testkit.Eventually(t, 10*time.Second, "ctr events never showed paused, then resumed", func() bool {
+		return topicsOf(seen, id, "/tasks/paused", "/tasks/resumed") == "/tasks/paused /tasks/resumed"
+	})
 }
 
 // testMetrics reads a running container's cgroup metrics with ctr task metrics.
@@ -255,15 +259,11 @@ func (e *env) testMetrics(t *testing.T) {
 	}
 }
 
-// testOOM runs a container past a 32 MiB memory limit: containerd learns /tasks/oom, then
-// /tasks/exit with 137, in that order, and ctr run exits 137.
-func (e *env) testOOM(t *testing.T) {
-	e = e.sub(t)
-	id := e.id("oom")
-	e.cleanup(id)
+// watchEvents runs ctr events until the test ends and returns what it prints.
+func (e *env) watchEvents(t *testing.T) *testkit.Buffer {
 	watch := exec.Command(e.c.CtrBinary, "--address", e.c.Address, "--namespace", e.c.Namespace, "events")
-	var seen testkit.Buffer
-	watch.Stdout = &seen
+	seen := &testkit.Buffer{}
+	watch.Stdout = seen
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -274,6 +274,32 @@ func (e *env) testOOM(t *testing.T) {
 			t.Logf("ctr events:\n%s", seen.String())
 		}
 	})
+	return seen
+}
+
+// topicsOf lists, in order, the topics among wanted that ctr events showed for container id.
+func topicsOf(seen *testkit.Buffer, id string, wanted ...string) string {
+	var topics []string
+	for _, line := range strings.Split(seen.String(), "\n") {
+		if !strings.Contains(line, `"container_id":"`+id+`"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if slices.Contains(wanted, f) {
+				topics = append(topics, f)
+			}
+		}
+	}
+	return strings.Join(topics, " ")
+}
+
+// testOOM runs a container past a 32 MiB memory limit: containerd learns /tasks/oom, then
+// /tasks/exit with 137, in that order, and ctr run exits 137.
+func (e *env) testOOM(t *testing.T) {
+	e = e.sub(t)
+	id := e.id("oom")
+	e.cleanup(id)
+	seen := e.watchEvents(t)
 	// tail keeps the last lines of its input, and /dev/zero has no line end: it grows until
 	// the OOM killer ends it.
 	r := e.ctr(append(e.runArgs("--rm", "--memory-limit", "33554432"), id, "/bin/tail", "/dev/zero")...)
@@ -281,18 +307,7 @@ func (e *env) testOOM(t *testing.T) {
 		t.Errorf("ctr run past the memory limit exited %d, want 137: %s", r.Code, r.Stderr)
 	}
 	testkit.Eventually(t, 10*time.Second, "ctr events never showed the oom and the exit", func() bool {
-		var topics []string
-		for _, line := range strings.Split(seen.String(), "\n") {
-			if !strings.Contains(line, `"container_id":"`+id+`"`) {
-				continue
-			}
-			for _, f := range strings.Fields(line) {
-				if f == "/tasks/oom" || f == "/tasks/exit" {
-					topics = append(topics, f)
-				}
-			}
-		}
-		return strings.Join(topics, " ") == "/tasks/oom /tasks/exit"
+		return topicsOf(seen, id, "/tasks/oom", "/tasks/exit") == "/tasks/oom /tasks/exit"
 	})
 }
 
