@@ -4,11 +4,12 @@ package driver
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 )
 
 // BuildBusyboxRootfs makes dir a minimal root file system from the host's static busybox: the
@@ -27,7 +28,7 @@ func BuildBusyboxRootfs(dir string) error {
 	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777); err != nil {
 		return fmt.Errorf("rootfs: %w", err)
 	}
-	if err := copyExecutable(busybox, filepath.Join(dir, "bin", "busybox")); err != nil {
+	if err := fsutil.CopyFile(busybox, filepath.Join(dir, "bin", "busybox"), 0o755); err != nil {
 		return fmt.Errorf("rootfs: copy busybox: %w", err)
 	}
 	out, err := exec.Command(busybox, "--list").Output()
@@ -53,21 +54,4 @@ func BuildBusyboxRootfs(dir string) error {
 		}
 	}
 	return nil
-}
-
-func copyExecutable(from, to string) error {
-	src, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return err
-	}
-	return dst.Close()
 }

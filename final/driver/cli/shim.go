@@ -9,6 +9,7 @@ import (
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/ttrpc"
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/spf13/cobra"
 )
 
@@ -73,25 +74,16 @@ func shimCommand(g *globals) *cobra.Command {
 		Short:   "Ask the shim of task ID to exit (the Shutdown RPC)",
 		Example: "  shimctl shim shutdown demo",
 		Args:    oneID,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := g.driver()
-			if err != nil {
-				return err
-			}
-			c, err := connect(cmd.Context(), d, args[0])
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
 			// A shim may exit before its reply leaves, as the step shims do: a connection closed
 			// under the call is a shutdown too (containerd's shim client reads it so as well).
-			_, err = c.Task.Shutdown(cmd.Context(), &taskapi.ShutdownRequest{ID: args[0]})
+			_, err := c.Task.Shutdown(cmd.Context(), &taskapi.ShutdownRequest{ID: id})
 			if err != nil && !errors.Is(err, ttrpc.ErrClosed) {
 				return fmt.Errorf("shutdown: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "shim for %s is shutting down\n", args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "shim for %s is shutting down\n", id)
 			return nil
-		},
+		}),
 	})
 	return cmd
 }

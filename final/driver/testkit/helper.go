@@ -5,7 +5,6 @@ package testkit
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 )
 
 // Helpers run inside a re-executed test binary, for the parts of a test that must happen in
@@ -89,29 +89,12 @@ func helperBinary(t testing.TB) string {
 			return
 		}
 		helperBin = filepath.Join(WorkDir(t), "helper")
-		helperErr = copyFile(self, helperBin, 0o755)
+		helperErr = fsutil.CopyFile(self, helperBin, 0o755)
 	})
 	if helperErr != nil {
 		t.Fatalf("helper binary: %v", helperErr)
 	}
 	return helperBin
-}
-
-func copyFile(from, to string, mode os.FileMode) error {
-	src, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return err
-	}
-	return dst.Close()
 }
 
 // RunHelper runs the helper name in a copy of the test binary as uid:gid and returns its result.
