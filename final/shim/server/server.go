@@ -65,6 +65,8 @@ func Serve(cfg Config) error {
 	runc.Monitor = r
 	loops.Add(1)
 	go func() { defer loops.Done(); r.Run(ctx) }()
+	loops.Add(1)
+	go func() { defer loops.Done(); dumpOnSignal(ctx, cfg.Log) }()
 
 	// Caught from here to the very end: a SIGTERM during the final flush of events below must
 	// not kill the shim with the last TaskDelete still queued.
