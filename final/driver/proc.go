@@ -56,6 +56,21 @@ func ReadProc(pid int) (Proc, error) {
 	return p, nil
 }
 
+// Alive reports whether pid exists and is not a zombie. The leader of a multi-threaded process
+// turns zombie before its other threads are done exiting, and until they are, its files (a
+// listening socket, say) are still open: such a process counts as alive.
+func Alive(pid int) bool {
+	p, err := ReadProc(pid)
+	if err != nil {
+		return false
+	}
+	if p.State != 'Z' {
+		return true
+	}
+	threads, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	return len(threads) > 1
+}
+
 // ReadPidFile reads a file holding one pid, as runc and the shims write them.
 func ReadPidFile(path string) (int, error) {
 	data, err := os.ReadFile(path)

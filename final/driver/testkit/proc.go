@@ -19,20 +19,8 @@ func ProcStat(pid int) (driver.Proc, error) {
 	return driver.ReadProc(pid)
 }
 
-// Alive reports whether pid exists and is not a zombie. The leader of a multi-threaded process
-// turns zombie before its other threads are done exiting, and until they are, its files (a
-// listening socket, say) are still open: such a process counts as alive.
-func Alive(pid int) bool {
-	p, err := driver.ReadProc(pid)
-	if err != nil {
-		return false
-	}
-	if p.State != 'Z' {
-		return true
-	}
-	threads, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
-	return len(threads) > 1
-}
+// Alive reports whether pid exists and is not a zombie: see driver.Alive.
+func Alive(pid int) bool { return driver.Alive(pid) }
 
 // ReadPid reads a pid file.
 func ReadPid(t testing.TB, path string) int {

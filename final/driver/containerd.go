@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// A private containerd: the real one, for the end-to-end tests and the benchmark, kept apart from
+// the system's. Not a mirror of any containerd function: it writes the config containerd reads.
+
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ContainerdConfig is what differs between the private containerds of one kind or another.
+type ContainerdConfig struct {
+	Dir       string // root, state, sockets and the shims' socket directory all live below it
+	Namespace string // the namespace ctr is pointed at
+	Binary    string // the containerd executable
+	Ctr       string // the ctr of the same release: ctr 1.6 and 2.x differ in flags and output
+	RuncRoot  string // SHIMWALK_RUNC_ROOT of the shims it starts
+	Env       []string
+	// ConfigVersion is the config.toml schema: 2 for containerd 1.x, 3 for 2.x (2.4 reads 4, and
+	// migrates 3 in memory with a warning in its log; 3 keeps every 2.x release working).
+	ConfigVersion int
+	Disabled      []string // plugins that fail on this machine or that nothing here needs
+	// CgroupV1Only runs containerd, and so its shims and their runtimes, in a mount namespace
+	// of its own without the cgroup2 hierarchy. This machine mounts cgroup v1 controllers
+	// beside a cgroup2 hierarchy that holds one controller, a "hybrid" layout that crun refuses.
+	CgroupV1Only bool
+}
+
+// Disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
+var Disabled16 = []string{
+	"io.containerd.grpc.v1.cri",
+	"io.containerd.snapshotter.v1.aufs",
+	"io.containerd.snapshotter.v1.btrfs",
+	"io.containerd.snapshotter.v1.devmapper",
+	"io.containerd.snapshotter.v1.zfs",
+	"io.containerd.internal.v1.tracing",
+	"io.containerd.tracing.processor.v1.otlp",
+}
+
+// Disabled2 is the same for containerd 2.x, where CRI is four plugins. CRI would start here, but
+// it probes CNI and runs `containerd-shim-runc-v2 -info` from PATH, and nothing here needs it. NRI
+// listens on the host-wide /var/run/nri/nri.sock, which private containerds running side by side
+// would fight over. The shim sandbox controller stays: without any sandbox controller the
+// sandbox-controllers gRPC service fails to load.
+var Disabled2 = []string{
+	"io.containerd.grpc.v1.cri",
+	"io.containerd.cri.v1.images",
+	"io.containerd.cri.v1.runtime",
+	"io.containerd.podsandbox.controller.v1.podsandbox",
+	"io.containerd.nri.v1.nri",
+	"io.containerd.snapshotter.v1.blockfile",
+	"io.containerd.snapshotter.v1.btrfs",
+	"io.containerd.snapshotter.v1.devmapper",
+	"io.containerd.snapshotter.v1.zfs",
+	"io.containerd.differ.v1.erofs",
+	"io.containerd.internal.v1.tracing",
+	"io.containerd.tracing.processor.v1.otlp",
+}
+
+// Containerd2Dir is where scripts/containerd2.sh (below repoRoot) puts the binaries of the
+// containerd version it names. The version is read from the script so that bumping it there is
+// the only edit.
+func Containerd2Dir(repoRoot string) (version, bin string, err error) {
+	script := filepath.Join(repoRoot, "scripts", "containerd2.sh")
+	data, err := os.ReadFile(script)
+	if err != nil {
+		return "", "", fmt.Errorf("containerd 2.x version: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CONTAINERD2_VERSION="); ok {
+			version = strings.TrimSpace(v)
+			break
+		}
+	}
+	if version == "" {
+		return "", "", fmt.Errorf("%s sets no CONTAINERD2_VERSION", script)
+	}
+	cache := os.Getenv("SHIMWALK_CACHE")
+	if cache == "" {
+		cache = "/var/cache/shimwalk"
+	}
+	return version, filepath.Join(cache, "containerd-"+version, "bin"), nil
+}
+
+// Containerd2Env is the environment a containerd 2.x from bin needs: containerd looks a runtime
+// name up in PATH before beside its own binary, so without it io.containerd.runc.v2 would be
+// Debian's 1.6 shim.
+func Containerd2Env(bin string) []string {
+	return []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
+}
+
+// Containerd is a running private containerd.
+type Containerd struct {
+	Dir          string
+	Address      string // gRPC socket, for ctr
+	TTRPCAddress string
+	SocketDir    string // SHIMWALK_SOCKET_DIR of the shims it starts
+	RuncRoot     string // SHIMWALK_RUNC_ROOT of the shims it starts
+	Namespace    string
+	Binary       string
+	CtrBinary    string
+
+	cfg  ContainerdConfig
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+}
+
+// StartContainerd writes cfg's config.toml and starts containerd on it, returning once it
+// answers ctr. Stop ends it.
+func StartContainerd(cfg ContainerdConfig) (*Containerd, error) {
+	c := &Containerd{
+		Dir:          cfg.Dir,
+		Address:      filepath.Join(cfg.Dir, "c.sock"),
+		TTRPCAddress: filepath.Join(cfg.Dir, "c.sock.ttrpc"),
+		SocketDir:    filepath.Join(cfg.Dir, "s"),
+		RuncRoot:     cfg.RuncRoot,
+		Namespace:    cfg.Namespace,
+		Binary:       cfg.Binary,
+		CtrBinary:    cfg.Ctr,
+		cfg:          cfg,
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o711); err != nil {
+		return nil, fmt.Errorf("containerd dir: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "config.toml"), []byte(c.config()), 0o600); err != nil {
+		return nil, fmt.Errorf("containerd config: %w", err)
+	}
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// config puts everything containerd writes under Dir. The keys used here mean the same in
+// config versions 2 and 3.
+func (c *Containerd) config() string {
+	var disabled strings.Builder
+	for _, p := range c.cfg.Disabled {
+		fmt.Fprintf(&disabled, "  %q,\n", p)
+	}
+	s := fmt.Sprintf(`version = %d
+root = %q
+state = %q
+disabled_plugins = [
+%s]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  level = "debug"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`, c.cfg.ConfigVersion, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), disabled.String(),
+		c.Address, c.TTRPCAddress, filepath.Join(c.Dir, "opt"))
+	if c.cfg.ConfigVersion >= 3 {
+		// containerd 2.3 and later hand shims a socket directory of their own (socket_dir in
+		// BootstrapParams, default /run/containerd/s), which wins over SHIMWALK_SOCKET_DIR.
+		s += fmt.Sprintf("\n[plugins.\"io.containerd.shim.v1.manager\"]\n  socket_dir = %q\n", c.SocketDir)
+	}
+	return s
+}
+
+// Start starts containerd on the config StartContainerd wrote: the first time, or again after
+// Kill.
+func (c *Containerd) Start() error {
+	logf, err := os.OpenFile(filepath.Join(c.Dir, "containerd.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("containerd log: %w", err)
+	}
+	defer logf.Close()
+	config := filepath.Join(c.Dir, "config.toml")
+	cmd := exec.Command(c.Binary, "--config", config)
+	if c.cfg.CgroupV1Only {
+		// unshare and then sh exec, so containerd keeps the pid that is waited on.
+		script := `umount /sys/fs/cgroup/unified 2>/dev/null; exec "$@"`
+		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--",
+			"sh", "-c", script, "sh", c.Binary, "--config", config)
+	}
+	cmd.Env = append(os.Environ(), "SHIMWALK_SOCKET_DIR="+c.SocketDir, "SHIMWALK_RUNC_ROOT="+c.RuncRoot)
+	cmd.Env = append(cmd.Env, c.cfg.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// containerd and the shims it starts must not get the caller's terminal signals.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	c.cmd, c.done = cmd, make(chan struct{})
+	go func() {
+		// Owned by c: Kill and Stop wait on done.
+		_ = cmd.Wait()
+		close(c.done)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := exec.CommandContext(ctx, c.CtrBinary, "--address", c.Address, "version").Run()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("containerd exited at start; see %s", logf.Name())
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.Kill()
+			return fmt.Errorf("containerd did not answer within 30s; see %s", logf.Name())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Pid is containerd's process id (while it runs).
+func (c *Containerd) Pid() int { return c.cmd.Process.Pid }
+
+// Kill stops containerd with SIGKILL, as a crash would; the shims it started live on.
+func (c *Containerd) Kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+// Stop ends containerd, kills every shim it left running (containerd leaves shims running by
+// design), and removes the cgroups of its namespace, which must be empty by then.
+func (c *Containerd) Stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		<-c.done
+	}
+	for _, pid := range ShimsOf(c.Address) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	RemoveCgroups(c.Namespace)
+}
+
+// CtrCommand is this containerd's ctr, in its namespace, with args.
+func (c *Containerd) CtrCommand(ctx context.Context, args ...string) *exec.Cmd {
+	full := append([]string{"--address", c.Address, "--namespace", c.Namespace}, args...)
+	return exec.CommandContext(ctx, c.CtrBinary, full...)
+}
+
+// Bundle is where containerd keeps the bundle of task id.
+func (c *Containerd) Bundle(id string) string {
+	return filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", c.Namespace, id)
+}
+
+// Shims lists the long-lived shim processes this containerd started for id ("" for any).
+func (c *Containerd) Shims(id string) []int {
+	var pids []int
+	for _, pid := range ShimsOf(c.Address) {
+		if id == "" || hasArgs(pid, "-id", id) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Mounts lists the mount points at or below dir as containerd (and its shims) see them, which
+// for a CgroupV1Only one is another mount namespace than the caller's.
+func (c *Containerd) Mounts(dir string) ([]string, error) {
+	return MountsUnderIn(fmt.Sprintf("/proc/%d/mountinfo", c.Pid()), dir)
+}
+
+// ShimsOf finds processes started with -address address that are not a start or delete helper.
+func ShimsOf(address string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if !Alive(pid) {
+			continue
+		}
+		args := cmdline(pid)
+		if len(args) > 1 && hasArgs(pid, "-address", address) &&
+			args[len(args)-1] != "start" && args[len(args)-1] != "delete" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func cmdline(pid int) []string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+}
+
+func hasArgs(pid int, flag, value string) bool {
+	args := cmdline(pid)
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag && args[i+1] == value {
+			return true
+		}
+	}
+	return false
+}
+
+// RemoveCgroups removes the (by now empty) cgroup directories at paths below each hierarchy's
+// root, deepest first. A cgroup that still holds a process stays.
+func RemoveCgroups(paths ...string) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, root := range roots {
+		for _, p := range paths {
+			var dirs []string
+			_ = filepath.WalkDir(filepath.Join(root, p), func(path string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, path)
+				}
+				return nil
+			})
+			for i := len(dirs) - 1; i >= 0; i-- {
+				_ = os.Remove(dirs[i]) // fails, as it should, while a process is inside
+			}
+		}
+	}
+}
