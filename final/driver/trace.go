@@ -7,9 +7,14 @@
 package driver
 
 import (
+	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,24 +33,33 @@ const (
 	KindRPC   = "rpc"   // one call of the Task service
 	KindEvent = "event" // one event the shim forwarded
 	KindExit  = "exit"  // a reaped exit, as Wait or a TaskExit event told it
+	// KindCommand opens the records of one shimctl invocation in a trace file: Name is the
+	// command's path ("shimctl run"), Args its arguments.
+	KindCommand = "command"
 )
 
 // Record is one thing the driver did or saw. It encodes to JSON as is; durations and offsets
 // are nanoseconds.
 type Record struct {
 	// Offset is when it happened, since the trace began; for an exec or an RPC, when it began.
-	Offset    time.Duration `json:"offset"`
-	Kind      string        `json:"kind"`
-	Name      string        `json:"name"`           // exec: the action; rpc: the method; event: the topic
-	Args      []string      `json:"args,omitempty"` // exec: the command line
-	Duration  time.Duration `json:"duration,omitempty"`
-	Reply     string        `json:"reply,omitempty"` // exec: what the shim printed, quoted unless text
-	Error     string        `json:"error,omitempty"`
-	Code      string        `json:"code,omitempty"` // rpc: the status code's name
-	Container string        `json:"container,omitempty"`
-	Pid       uint32        `json:"pid,omitempty"`
+	Offset   time.Duration `json:"offset"`
+	Kind     string        `json:"kind"`
+	Name     string        `json:"name"`           // exec: the action; rpc: the method; event: the topic
+	Args     []string      `json:"args,omitempty"` // exec: the command line
+	Duration time.Duration `json:"duration,omitempty"`
+	Reply    string        `json:"reply,omitempty"` // exec: what the shim printed, quoted unless text
+	// Address and Version are the bootstrap reply of a start that succeeded.
+	Address   string `json:"address,omitempty"`
+	Version   int    `json:"version,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Code      string `json:"code,omitempty"` // rpc: the status code's name
+	Container string `json:"container,omitempty"`
+	Pid       uint32 `json:"pid,omitempty"`
 	// ExitStatus is set on exit records only (0 is a status worth showing).
 	ExitStatus *uint32 `json:"exit_status,omitempty"`
+	// Time is when it happened on the wall clock; set in trace files only, where records of
+	// several processes meet.
+	Time time.Time `json:"time,omitzero"`
 }
 
 // Trace records what a driver does. Its methods may be called from several goroutines; a nil
@@ -97,6 +111,10 @@ func (t *Trace) Exec(action string, args []string, took time.Duration, stdout []
 	r := Record{Kind: KindExec, Name: action, Args: args, Duration: took, Reply: printable(stdout)}
 	if err != nil {
 		r.Error = err.Error()
+	} else if action == "start" {
+		if b, perr := ParseStartReply(stdout); perr == nil {
+			r.Address, r.Version = b.Address, b.Version
+		}
 	}
 	t.Add(r)
 }
@@ -244,7 +262,11 @@ func (x *tracedTask) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (
 // role), the shim, and the container (runc and the container's processes) when the trace
 // shows one.
 func (t *Trace) Mermaid() string {
-	records := t.Records()
+	return Mermaid(t.Records())
+}
+
+// Mermaid renders records, of one trace or of a trace file, as Trace.Mermaid does.
+func Mermaid(records []Record) string {
 	container := false
 	for _, r := range records {
 		if r.Kind == KindExit || (r.Kind == KindRPC && r.Code == "OK" && runcCalls[r.Name] != "") {
@@ -263,13 +285,16 @@ func (t *Trace) Mermaid() string {
 	}
 	for _, r := range records {
 		switch r.Kind {
+		case KindCommand:
+			add(r.Offset, "Note over shimctl,shim: %s", mermaidText(strings.Join(append([]string{r.Name}, r.Args...), " ")))
 		case KindExec:
 			add(r.Offset, "shimctl->>shim: exec %s", mermaidText(r.Name))
 			reply := "exit 0"
-			if r.Error != "" {
+			switch {
+			case r.Error != "":
 				reply = "failed: " + r.Error
-			} else if b, err := ParseStartReply([]byte(r.Reply)); r.Name == "start" && err == nil {
-				reply = b.Address
+			case r.Address != "":
+				reply = fmt.Sprintf("version %d at %s", r.Version, r.Address)
 			}
 			add(r.Offset+r.Duration, "shim-->>shimctl: %s (%s)", mermaidText(reply), roundDuration(r.Duration))
 		case KindRPC:
@@ -344,3 +369,103 @@ func roundDuration(d time.Duration) time.Duration {
 		return d.Round(time.Microsecond)
 	}
 }
+
+// TraceFile is a file that traces are appended to, one JSON Record a line with its Time set,
+// so that the shimctl invocations of one experiment add up to one trace.
+type TraceFile struct {
+	mu  sync.Mutex
+	f   *os.File
+	err error // the first failed write; guarded by mu
+}
+
+// OpenTraceFile opens path for appending, creating it.
+func OpenTraceFile(path string) (*TraceFile, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open trace file: %w", err)
+	}
+	return &TraceFile{f: f}, nil
+}
+
+// Trace starts a trace whose records are appended to w as they are added, and passed on to
+// notify when it is not nil.
+func (w *TraceFile) Trace(notify func(Record)) *Trace {
+	t := NewTrace(nil)
+	t.notify = func(r Record) {
+		r.Time = t.began.Add(r.Offset)
+		w.write(r)
+		if notify != nil {
+			notify(r)
+		}
+	}
+	return t
+}
+
+// write appends r as one line. One write call a line keeps lines whole when several processes
+// append to the file at once (O_APPEND).
+func (w *TraceFile) write(r Record) {
+	data, err := json.Marshal(r)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil {
+		_, err = w.f.Write(append(data, '\n'))
+	}
+	if err != nil && w.err == nil {
+		w.err = fmt.Errorf("write trace file %s: %w", w.f.Name(), err)
+	}
+}
+
+// Close closes the file and reports the first write that failed.
+func (w *TraceFile) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cerr := w.f.Close()
+	if w.err != nil {
+		return w.err
+	}
+	if cerr != nil {
+		return fmt.Errorf("close trace file: %w", cerr)
+	}
+	return nil
+}
+
+// ReadTrace reads the records of a trace file. Their offsets are made relative to the earliest
+// record, so that Mermaid orders the records of every invocation on one time line. name is
+// used in errors only.
+func ReadTrace(r io.Reader, name string) ([]Record, error) {
+	var records []Record
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var rec Record
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			return nil, fmt.Errorf("%s:%d: not a trace record: %w", name, n, err)
+		}
+		if rec.Kind == "" || rec.Time.IsZero() {
+			return nil, fmt.Errorf("%s:%d: not a trace record: no kind or no time", name, n)
+		}
+		records = append(records, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(records) == 0 {
+		return nil, fmt.Errorf("%s: %w", name, errEmptyTrace)
+	}
+	first := records[0].Time
+	for _, r := range records {
+		if r.Time.Before(first) {
+			first = r.Time
+		}
+	}
+	for i := range records {
+		records[i].Offset = records[i].Time.Sub(first)
+	}
+	return records, nil
+}
+
+var errEmptyTrace = errors.New("the trace holds no records")

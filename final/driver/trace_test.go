@@ -6,6 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +97,7 @@ func TestMermaid(t *testing.T) {
 	ms := time.Millisecond
 	tr := &Trace{records: []Record{
 		{Offset: 0, Kind: KindExec, Name: "start", Args: []string{"shim", "start"}, Duration: 12345678 * time.Nanosecond,
-			Reply: `{"version":2,"address":"unix:///run/s/1.sock","protocol":"ttrpc"}`},
+			Reply: `{"version":2,"address":"unix:///run/s/1.sock","protocol":"ttrpc"}`, Address: "unix:///run/s/1.sock", Version: 2},
 		// Added when Create returned, after the event forwarded while it ran.
 		{Offset: 15 * ms, Kind: KindEvent, Name: "/tasks/create", Container: "demo"},
 		{Offset: 13 * ms, Kind: KindRPC, Name: "Create", Container: "demo", Code: "OK", Duration: 20 * ms},
@@ -108,7 +112,7 @@ func TestMermaid(t *testing.T) {
     participant shim
     participant container as runc / container
     shimctl->>shim: exec start
-    shim-->>shimctl: unix:///run/s/1.sock (12.35ms)
+    shim-->>shimctl: version 2 at unix:///run/s/1.sock (12.35ms)
     shimctl->>shim: Create
     shim->>container: runc create
     shim-)shimctl: event /tasks/create demo
@@ -137,5 +141,79 @@ func TestMermaidWithoutContainer(t *testing.T) {
 	}
 	if !strings.HasPrefix(got, "sequenceDiagram\n") || !strings.Contains(got, "shim-->>shimctl: Unimplemented: Create: added in step 03") {
 		t.Errorf("Mermaid() =\n%s", got)
+	}
+}
+
+func TestExecRecordsTheBootstrapReply(t *testing.T) {
+	tr := NewTrace(nil)
+	tr.Exec("start", []string{"shim", "start"}, time.Millisecond, []byte(`{"version":3,"address":"unix:///s/1","protocol":"ttrpc"}`), nil)
+	tr.Exec("start", []string{"shim", "start"}, time.Millisecond, []byte("unix:///s/2\n"), nil)
+	tr.Exec("start", nil, 0, []byte("nonsense"), nil)
+	tr.Exec("delete", nil, 0, []byte("unix:///s/3"), nil)
+	var got []string
+	for _, r := range tr.Records() {
+		got = append(got, fmt.Sprintf("%s %d", r.Address, r.Version))
+	}
+	want := []string{"unix:///s/1 3", "unix:///s/2 2", " 0", " 0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("address and version of the exec records: %q, want %q", got, want)
+	}
+}
+
+func TestTraceFileAddsUpInvocations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	for i, id := range []string{"one", "two"} {
+		w, err := OpenTraceFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var notified int
+		tr := w.Trace(func(Record) { notified++ })
+		tr.Add(Record{Kind: KindCommand, Name: "shimctl task state", Args: []string{id}})
+		task := tr.Wrap(fakeTask{})
+		if _, err := task.Create(context.Background(), &taskapi.CreateTaskRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if notified != 2 {
+			t.Errorf("invocation %d: notified %d times, want 2", i, notified)
+		}
+		time.Sleep(2 * time.Millisecond) // the second invocation starts later on the wall clock
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	records, err := ReadTrace(f, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(records) != 4 || records[0].Offset != 0 || records[2].Offset <= records[1].Offset {
+		t.Fatalf("records of two invocations, offsets from the first: %+v", records)
+	}
+	diagram := Mermaid(records)
+	first := strings.Index(diagram, "Note over shimctl,shim: shimctl task state one")
+	second := strings.Index(diagram, "Note over shimctl,shim: shimctl task state two")
+	if first < 0 || second < first || strings.Count(diagram, "shim->>container: runc create") != 2 {
+		t.Errorf("diagram of the file:\n%s", diagram)
+	}
+}
+
+func TestReadTraceRefusesWhatIsNotATrace(t *testing.T) {
+	for name, text := range map[string]string{
+		"empty":    "",
+		"not json": `{"kind":"rpc","time":"2026-01-01T00:00:00Z"}` + "\nhello\n",
+		"no time":  `{"kind":"rpc","name":"State"}` + "\n",
+	} {
+		_, err := ReadTrace(strings.NewReader(text), "t.jsonl")
+		if err == nil || !strings.HasPrefix(err.Error(), "t.jsonl") {
+			t.Errorf("%s: ReadTrace = %v, want an error naming the file", name, err)
+		}
+		if name == "not json" && !strings.Contains(err.Error(), "t.jsonl:2:") {
+			t.Errorf("%s: %v does not name line 2", name, err)
+		}
 	}
 }

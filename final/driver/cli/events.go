@@ -64,6 +64,7 @@ shim that is shutting down waits for that before it exits.`,
 					}
 					return fmt.Errorf("events: %w", err)
 				}
+				g.trace().Event(e)
 				line, err := formatEvent(e, asJSON)
 				if err != nil {
 					return err

@@ -35,6 +35,9 @@ type globals struct {
 	debug     bool
 	// taskShim is the shim binary of the task the command talks to, from its bundle.
 	taskShim string
+	// traceFile is --trace; tracing is what the command records there (see trace.go).
+	traceFile string
+	tracing   *tracing
 }
 
 // usageError marks errors in how shimctl was called, which exit with exitUsage.
@@ -53,6 +56,9 @@ func Main(args []string) int {
 	root := newRoot(g)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if terr := g.stopTracing(); terr != nil {
+		err = errors.Join(err, terr)
+	}
 	var code exitCode
 	switch {
 	case err == nil:
@@ -104,9 +110,11 @@ so that every step of shimwalk, and the final shim, can be run and watched by ha
 	pf.StringVar(&g.shim, "shim", "", "shim binary (default: containerd-shim-shimwalk-v2 beside shimctl or on PATH)")
 	pf.StringVar(&g.runtime, "runtime", "", "runtime name, resolved like containerd: io.containerd.X.vN runs containerd-shim-X-vN from PATH")
 	pf.BoolVar(&g.debug, "debug", false, "start shims with -debug")
+	pf.StringVar(&g.traceFile, "trace", "", "append what the driver and the shim do to FILE, one JSON record a line (see shimctl trace)")
+	root.PersistentPreRunE = g.startTracing
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(shimCommand(g), taskCommand(g), runCommand(g), eventsCommand(g), treeCommand(g), lsCommand(g))
-	root.AddCommand(demoCommand(g))
+	root.AddCommand(demoCommand(g), traceCommand())
 	return root
 }
 
@@ -130,6 +138,9 @@ func (g *globals) driver() (*driver.Driver, error) {
 	shim, _ := g.shimPath()
 	d := driver.New(state, g.namespace, shim)
 	d.Debug = g.debug
+	if err := g.traceDriver(d); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
