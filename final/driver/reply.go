@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	bootstrapapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
 	"google.golang.org/protobuf/proto"
@@ -38,8 +40,10 @@ func ParseStartReply(out []byte) (Bootstrap, error) {
 		if err := json.Unmarshal(trimmed, &b); err != nil {
 			return b, fmt.Errorf("start reply is not valid JSON: %w", err)
 		}
-	case out[0] < 0x20:
-		// Printable text never starts with a control byte; a protobuf's first tag does.
+	case out[0] < 0x20 && !unicode.IsSpace(rune(out[0])):
+		// Printable text never starts with a control byte; a protobuf's first tag does. White
+		// space is text's: no BootstrapResult begins with a tag in that range, and a bare
+		// address may be printed after a line break.
 		var r bootstrapapi.BootstrapResult
 		if err := proto.Unmarshal(out, &r); err != nil {
 			return b, fmt.Errorf("start reply is not a BootstrapResult: %w", err)
@@ -64,6 +68,10 @@ func checkAddress(a string) error {
 	path, ok := strings.CutPrefix(a, "unix://")
 	if !ok || path == "" || strings.ContainsAny(path, "\x00\n") {
 		return fmt.Errorf("start reply has no unix:// address: %q", a)
+	}
+	// bootstrap.json is JSON: a path that is not UTF-8 would be stored as another one.
+	if !utf8.ValidString(path) {
+		return fmt.Errorf("start reply's address is not UTF-8: %q", a)
 	}
 	return nil
 }

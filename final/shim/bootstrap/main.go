@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	apitypes "github.com/containerd/containerd/api/types"
 	"google.golang.org/protobuf/proto"
@@ -38,10 +39,16 @@ func Main(args []string, version, revision string) int {
 		err = dispatch(f, version, revision)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
+		fmt.Fprintf(os.Stderr, "%s: %s\n", filepath.Base(os.Args[0]), errorLine(err))
 		return 1
 	}
 	return 0
+}
+
+// errorLine is err on one line: containerd puts the shim's output into its own error, and
+// parts of a message (a type URL, a path) come from the caller and may hold line breaks.
+func errorLine(err error) string {
+	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(err.Error())
 }
 
 func parseFlags(args []string) (flags, error) {
