@@ -89,7 +89,7 @@ type Init struct {
 	rootfs    string // where the request's mounts were mounted; "" when there were none
 	monitor   runc.ProcessMonitor
 	cg        *cgroupStats // guarded by mu; looked up by the first Stats, or at Start
-	oom       *oomCounter  // guarded by mu; nil without a memory cgroup
+	oom       *oomCount    // guarded by mu; nil without a memory cgroup
 
 	// ops serialises the runc calls that change the container's state, so that, say, a
 	// Delete never runs in the middle of a Start. Kill does not take it: it must always get
@@ -182,7 +182,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 	}
 	p.pid = pid
 	// runc init waits in the container's cgroup now: the count from here on is this container's.
-	p.oom = newOOMCounter(pid)
+	p.oom = newOOMCount(pid)
 	if cfg.Checkpoint != "" {
 		p.status = task.Status_RUNNING // runc restore starts the container
 	}

@@ -3,82 +3,56 @@
 package process
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 )
 
-// oomCounter reads the kernel's count of OOM kills in a container's memory cgroup:
-// memory.oom_control on cgroup v1, memory.events on v2, both with an oom_kill line.
+// oomCount is a container's memory cgroup and the kernel's count of OOM kills in it as last
+// reported. Every report goes through OOMKilled, so that a kill is reported once whether the
+// watcher's signal or a process's exit notices it first.
 //
-// containerd's runc shim watches an eventfd (v1) or inotify (v2) and publishes TaskOOM when it
-// fires, which can come after the TaskExit of the init the OOM killer ended. Reading the count
-// when the init exits orders the two: TaskOOM first.
-type oomCounter struct {
-	path string
+// containerd's runc shim publishes TaskOOM from its watcher alone, which can come after the
+// TaskExit of the init the OOM killer ended. Reading the count when a process exits, before
+// its TaskExit, orders the two: TaskOOM first.
+type oomCount struct {
+	mem  cgroups.Memory
 	seen uint64
 }
 
-// newOOMCounter finds the memory cgroup of pid and reads its count so far; nil when the host
-// has no memory controller for it.
-func newOOMCounter(pid int) *oomCounter {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+// newOOMCount finds the memory cgroup of pid and reads its count so far; nil when the host
+// has no memory controller for it (a cgroup2 hierarchy without the memory controller).
+func newOOMCount(pid int) *oomCount {
+	m, err := cgroups.MemoryOf(cgroups.Root, pid)
 	if err != nil {
 		return nil
 	}
-	var path string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		switch {
-		case strings.Contains(","+parts[1]+",", ",memory,"):
-			path = filepath.Join("/sys/fs/cgroup/memory", parts[2], "memory.oom_control")
-		case parts[0] == "0" && parts[1] == "" && path == "":
-			// cgroup v2, unless a v1 memory line (hybrid hosts) says otherwise.
-			path = filepath.Join("/sys/fs/cgroup", parts[2], "memory.events")
-		}
-	}
-	o := &oomCounter{path: path}
-	n, ok := o.read()
-	if !ok {
+	n, err := m.OOMKills()
+	if err != nil {
 		return nil
 	}
-	o.seen = n
-	return o
+	return &oomCount{mem: m, seen: n}
 }
 
-func (o *oomCounter) read() (uint64, bool) {
-	data, err := os.ReadFile(o.path)
-	if err != nil {
-		return 0, false
+// MemoryCgroup is the container's memory cgroup, for the OOM watcher; false without one.
+func (p *Init) MemoryCgroup() (cgroups.Memory, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.oom == nil {
+		return cgroups.Memory{}, false
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
+	return p.oom.mem, true
 }
 
 // OOMKilled reports whether the kernel's OOM killer ended a process of the container since the
-// container was created or since the last call. Call it when the init has exited, before its
-// TaskExit: the cgroup outlives the process until Delete.
+// container was created or since the last call that reported true. The cgroup outlives the
+// init until Delete, so it answers after the init's exit too.
 func (p *Init) OOMKilled() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.oom == nil {
 		return false
 	}
-	n, ok := p.oom.read()
-	if !ok || n <= p.oom.seen {
+	n, err := p.oom.mem.OOMKills()
+	if err != nil || n <= p.oom.seen {
 		return false
 	}
 	p.oom.seen = n

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/events"
 	"github.com/shimwalk/shimwalk/final/shim/reaper"
 	"github.com/shimwalk/shimwalk/final/shim/task"
@@ -82,7 +83,19 @@ func Serve(cfg Config) error {
 		pub.Close(flush)
 	}()
 
-	svc := task.New(task.Config{Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, Shutdown: stop})
+	// One watcher for every container of the shim. It calls the service, made just below, only
+	// from Run, which starts after that.
+	var svc *task.Service
+	oom, err := cgroups.NewWatcher(func(id string) bool { return svc.CheckOOM(id) }, cfg.Log)
+	if err != nil {
+		cfg.Log.Warn("no oom watcher: only OOM kills of a container's processes that exit are reported", "err", err)
+		oom = nil
+	}
+	svc = task.New(task.Config{Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, Shutdown: stop})
+	if oom != nil {
+		loops.Add(1)
+		go func() { defer loops.Done(); oom.Run(ctx) }()
+	}
 	exits := r.Subscribe()
 	defer r.Unsubscribe(exits)
 	loops.Add(1)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
+	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/events"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/reaper"
@@ -40,6 +41,8 @@ type Config struct {
 	Log       *slog.Logger
 	Events    *events.Publisher
 	Reaper    *reaper.Reaper
+	// OOM watches the containers' memory cgroups and calls CheckOOM; nil watches nothing.
+	OOM *cgroups.Watcher
 	// Shutdown ends the shim; the service calls it when Shutdown arrives and no container is left.
 	Shutdown func()
 }
@@ -171,6 +174,12 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
 	})
 	s.mu.Unlock()
+	if m, ok := p.MemoryCgroup(); ok && s.cfg.OOM != nil {
+		// Without the watch, a kill that spares the init is never reported.
+		if err := s.cfg.OOM.Add(r.ID, m); err != nil {
+			s.cfg.Log.Warn("watch for oom", "id", r.ID, "err", err)
+		}
+	}
 	s.cfg.Log.Info("created", "id", r.ID, "pid", p.Pid())
 	return &taskapi.CreateTaskResponse{Pid: uint32(p.Pid())}, nil
 }
@@ -276,6 +285,7 @@ func (s *Service) handleExit(x reaper.Exit) {
 	delete(s.running, x.Pid)
 	c := r.c
 	if r.exec != nil {
+		s.publishOOM(c)
 		s.exited(c, r.exec.ID(), x, r.exec.SetExited)
 		c.runningExecs--
 		if c.runningExecs == 0 && c.pendingInitExit != nil {
@@ -300,16 +310,36 @@ func (s *Service) handleExit(x reaper.Exit) {
 }
 
 func (s *Service) initExited(c *container, x reaper.Exit) {
-	if c.init.OOMKilled() {
-		s.cfg.Log.Info("oom", "id", c.id)
-		s.cfg.Events.Publish(events.TopicOOM, &eventstypes.TaskOOM{ContainerID: c.id})
-	}
+	s.publishOOM(c)
 	// Before the event: whoever learns of the exit may delete the task at once, and the record
 	// must already be there should the shim die in between.
 	if err := writeExitFile(c.init.Bundle, x); err != nil {
 		s.cfg.Log.Error("record exit", "id", c.id, "err", err)
 	}
 	s.exited(c, c.id, x, c.init.SetExited)
+}
+
+// publishOOM publishes TaskOOM if the kernel OOM-killed in c's cgroup since the last report.
+// Call with mu held: the check and the publish must not be split by an exit's TaskExit.
+func (s *Service) publishOOM(c *container) bool {
+	if !c.init.OOMKilled() {
+		return false
+	}
+	s.cfg.Log.Info("oom", "id", c.id)
+	s.cfg.Events.Publish(events.TopicOOM, &eventstypes.TaskOOM{ContainerID: c.id})
+	return true
+}
+
+// CheckOOM is the OOM watcher's cgroups.Notify: it publishes TaskOOM for a kill in container
+// id not reported yet, and reports whether it did or the container is gone.
+func (s *Service) CheckOOM(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.containers[id]
+	if !ok {
+		return true
+	}
+	return s.publishOOM(c)
 }
 
 func (s *Service) exited(c *container, id string, x reaper.Exit, set func(int, time.Time)) {
@@ -350,6 +380,9 @@ func (s *Service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 	case <-p.Done():
 	case <-time.After(5 * time.Second):
 		s.cfg.Log.Warn("deleted task's exit not seen", "id", c.id, "pid", p.Pid())
+	}
+	if s.cfg.OOM != nil {
+		s.cfg.OOM.Remove(c.id)
 	}
 	s.mu.Lock()
 	delete(s.containers, c.id)
