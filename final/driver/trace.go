@@ -24,6 +24,7 @@ import (
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/task"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -32,7 +33,7 @@ const (
 	KindExec  = "exec"  // the shim binary run with an action (start, delete)
 	KindRPC   = "rpc"   // one call of the Task service
 	KindEvent = "event" // one event the shim forwarded
-	KindExit  = "exit"  // a reaped exit, as Wait or a TaskExit event told it
+	KindExit  = "exit"  // a reaped exit, as Wait, State or a TaskExit event told it
 	// KindCommand opens the records of one shimctl invocation in a trace file: Name is the
 	// command's path ("shimctl run"), Args its arguments.
 	KindCommand = "command"
@@ -185,8 +186,14 @@ func call[Resp any](t *Trace, method, id string, fn func() (Resp, error)) (Resp,
 	return resp, err
 }
 
+// State also records the exit of a process it finds stopped: before Wait (step 05) that is how
+// the driver learns of it.
 func (x *tracedTask) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.StateResponse, error) {
-	return call(x.t, "State", r.GetID(), func() (*taskapi.StateResponse, error) { return x.next.State(ctx, r) })
+	resp, err := call(x.t, "State", r.GetID(), func() (*taskapi.StateResponse, error) { return x.next.State(ctx, r) })
+	if err == nil && resp.GetStatus() == task.Status_STOPPED {
+		x.t.exit(r.GetID(), resp.GetPid(), resp.GetExitStatus(), "State")
+	}
+	return resp, err
 }
 
 func (x *tracedTask) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*taskapi.CreateTaskResponse, error) {

@@ -105,7 +105,7 @@ so that every step of shimwalk, and the final shim, can be run and watched by ha
 		SilenceErrors: true,
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.state, "state", "/run/shimctl", "state directory holding one bundle per task")
+	pf.StringVar(&g.state, "state", defaultState(), "state directory holding one bundle per task ($SHIMCTL_STATE sets the default)")
 	pf.StringVarP(&g.namespace, "namespace", "n", "default", "namespace")
 	pf.StringVar(&g.shim, "shim", "", "shim binary (default: containerd-shim-shimwalk-v2 beside shimctl or on PATH)")
 	pf.StringVar(&g.runtime, "runtime", "", "runtime name, resolved like containerd: io.containerd.X.vN runs containerd-shim-X-vN from PATH")
@@ -116,6 +116,16 @@ so that every step of shimwalk, and the final shim, can be run and watched by ha
 	root.AddCommand(shimCommand(g), taskCommand(g), runCommand(g), eventsCommand(g), treeCommand(g), lsCommand(g))
 	root.AddCommand(demoCommand(g), traceCommand())
 	return root
+}
+
+// defaultState is $SHIMCTL_STATE, or /run/shimctl: an environment can keep every shimctl of a
+// session (a test, a workshop seat) in a private state directory, as SHIMWALK_SOCKET_DIR does
+// for the shims.
+func defaultState() string {
+	if s := os.Getenv("SHIMCTL_STATE"); s != "" {
+		return s
+	}
+	return "/run/shimctl"
 }
 
 // reserved are the names the driver and shimctl use in the state directory beside the

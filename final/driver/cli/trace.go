@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/shimwalk/shimwalk/final/driver"
 )
@@ -47,8 +49,28 @@ func (g *globals) startTracing(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	g.tracing = &tracing{file: f, trace: f.Trace(nil), listen: cmd.Name() != "events"}
-	g.tracing.trace.Add(driver.Record{Kind: driver.KindCommand, Name: cmd.CommandPath(), Args: args})
+	g.tracing.trace.Add(driver.Record{Kind: driver.KindCommand, Name: cmd.CommandPath(), Args: commandLine(cmd, args)})
 	return nil
+}
+
+// commandLine is how cmd was called, without the global flags: its own flags that were set,
+// then args, with the -- that cobra took out put back.
+func commandLine(cmd *cobra.Command, args []string) []string {
+	var line []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if cmd.InheritedFlags().Lookup(f.Name) != nil {
+			return
+		}
+		if f.Value.Type() == "bool" && f.Value.String() == "true" {
+			line = append(line, "--"+f.Name)
+			return
+		}
+		line = append(line, "--"+f.Name, f.Value.String())
+	})
+	if dash := cmd.ArgsLenAtDash(); dash >= 0 && dash <= len(args) {
+		return slices.Concat(line, args[:dash], []string{"--"}, args[dash:])
+	}
+	return append(line, args...)
 }
 
 // trace is the trace of this invocation, or nil (which records nothing) without --trace.
