@@ -9,9 +9,9 @@ STEP_BINS := $(foreach s,$(STEPS),$(BIN)/containerd-shim-step$(shell basename $(
 TESTFLAGS ?= -count=1 -timeout 30m
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Named explicitly so that exercise copies in work/ are never linted or tested as the project.
-PKGS     := ./steps/... ./final/... ./tools/...
+PKGS     := ./steps/... ./final/... ./tools/... ./docs/...
 
-.PHONY: all build deps demo test lint unit exercises e2e exercise exercise-list check stepdiff stepsame clean
+.PHONY: all build deps demo test lint unit exercises e2e exercise exercise-list check stepdiff stepsame docs clean
 
 all: build
 
@@ -47,6 +47,11 @@ unit:
 
 exercises:
 	$(GO) run ./tools/exercise verify
+
+# Regenerates what docs/ and the step READMEs generate: snippets, command output, diagrams
+# from traced runs, step diffs and file-changes sections (go test ./docs checks them).
+docs: deps build
+	$(GO) test -count=1 ./docs -run . -update
 
 # The final shim under containerd 1.6 and 2.x (part of unit too; this runs it alone).
 e2e: deps
