@@ -53,5 +53,16 @@ func BuildBusyboxRootfs(dir string) error {
 			return fmt.Errorf("rootfs: %w", err)
 		}
 	}
+	// The modes above went through the process's umask, which another goroutine may narrow
+	// for a moment (to create a socket 0600): a busybox made then is not executable.
+	modes := map[string]os.FileMode{"bin/busybox": 0o755, "tmp": 0o1777, "etc/passwd": 0o644, "etc/group": 0o644}
+	for _, sub := range []string{".", "bin", "dev", "proc", "sys", "etc", "root"} {
+		modes[sub] = 0o755
+	}
+	for name, mode := range modes {
+		if err := os.Chmod(filepath.Join(dir, name), mode); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
 	return nil
 }
