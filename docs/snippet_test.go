@@ -32,8 +32,14 @@ func extract(root, rel, name string) (string, error) {
 	if !isMethod {
 		fn = name
 	}
+	// A declaration is shown from the start of its first line, so that one inside a group keeps
+	// its indentation on every line.
 	text := func(from, to token.Pos) string {
-		return string(src[fset.Position(from).Offset:fset.Position(to).Offset]) + "\n"
+		start := fset.Position(from).Offset
+		for start > 0 && (src[start-1] == ' ' || src[start-1] == '\t') {
+			start--
+		}
+		return string(src[start:fset.Position(to).Offset]) + "\n"
 	}
 	var found []string
 	for _, d := range f.Decls {

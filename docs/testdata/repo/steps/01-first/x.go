@@ -1,0 +1,5 @@
+package main
+
+import "github.com/containerd/ttrpc"
+
+var _ ttrpc.Server

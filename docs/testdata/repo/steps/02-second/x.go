@@ -1,0 +1,5 @@
+package main
+
+import "golang.org/x/sys/unix"
+
+var _ = unix.Getpid
