@@ -9,9 +9,9 @@ STEP_BINS := $(foreach s,$(STEPS),$(BIN)/containerd-shim-step$(shell basename $(
 TESTFLAGS ?= -count=1 -timeout 30m
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Named explicitly so that exercise copies in work/ are never linted or tested as the project.
-PKGS     := ./steps/... ./final/... ./tools/... ./docs/...
+PKGS     := ./steps/... ./final/... ./tools/... ./docs/... ./bench/...
 
-.PHONY: all build deps demo test lint unit exercises e2e exercise exercise-list check stepdiff stepsame docs clean
+.PHONY: all build deps demo test lint unit exercises e2e exercise exercise-list check stepdiff stepsame docs bench clean
 
 all: build
 
@@ -78,6 +78,13 @@ stepdiff:
 # Files that are byte-identical across steps: a fix in one must travel to the others.
 stepsame:
 	@./scripts/stepsame.sh
+
+# The final shim against containerd-shim-runc-v2 under containerd 1.6 and 2.x, side by side (not
+# part of test, which runs it once with the smallest counts). Writes bench/results/ and the
+# README's Benchmarks section; BENCHFLAGS adds to or overrides the counts (bench -h lists them).
+bench: deps build
+	$(GO) build -o $(BIN)/shimbench ./bench
+	$(BIN)/shimbench -shim $(BIN)/containerd-shim-shimwalk-v2 -out bench/results -readme README.md $(BENCHFLAGS)
 
 clean:
 	rm -rf $(BIN) work

@@ -50,7 +50,8 @@ const ctrTimeout = 60 * time.Second
 // startBench starts the private containerd of generation gen ("1.6" or "2") under work.
 func startBench(o options, gen, work, rootfs string) (*bench, error) {
 	cfg := driver.ContainerdConfig{
-		Dir: filepath.Join(work, "ctd"+gen),
+		// Short: the shims' sockets are named by a 64-character hash below it.
+		Dir: filepath.Join(work, "c"+strings.ReplaceAll(gen, ".", "")),
 		// ctr puts containers in the cgroup /<namespace>/<id>; Stop removes what is left of it.
 		Namespace: fmt.Sprintf("shimbench%s-%d", strings.ReplaceAll(gen, ".", ""), os.Getpid()),
 		RuncRoot:  filepath.Join(work, "runc"),

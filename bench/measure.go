@@ -52,7 +52,7 @@ type results struct {
 // measure runs every scenario under each containerd generation in o.
 func measure(ctx context.Context, o options, log io.Writer) (*results, error) {
 	// Short: containerd's and the shims' socket paths live below it.
-	work, err := os.MkdirTemp("", "swb")
+	work, err := os.MkdirTemp("", "b")
 	if err != nil {
 		return nil, fmt.Errorf("work directory: %w", err)
 	}
