@@ -81,6 +81,10 @@ and the diagram.`,
 				return err
 			}
 			m := &demo{out: cmd.OutOrStdout(), json: asJSON, step: stepNo, shim: shim, began: time.Now()}
+			if g.tracing != nil {
+				// --trace: the demo's records go to the file too.
+				m.traceFile = g.tracing.file
+			}
 			return m.run(cmd.Context())
 		},
 	}
@@ -137,6 +141,7 @@ type demo struct {
 	id            string
 	d             *driver.Driver
 	trace         *driver.Trace
+	traceFile     *driver.TraceFile // of --trace, or nil
 	events        *driver.EventServer
 	stopEvents    func() // ends the goroutine that reads events
 	fifos         *driver.FIFOs
@@ -309,6 +314,9 @@ func (m *demo) setup() error {
 	// Unique, so that the container's cgroup never meets another run's.
 	m.id = "demo-" + hex.EncodeToString(suffix[:])
 	m.trace = driver.NewTrace(m.record)
+	if m.traceFile != nil {
+		m.trace = m.traceFile.Trace(m.record)
+	}
 	m.d = driver.New(filepath.Join(dir, "state"), "default", m.shim)
 	m.d.Trace = m.trace
 	m.d.Env = []string{"SHIMWALK_SOCKET_DIR=" + filepath.Join(dir, "s"), "SHIMWALK_RUNC_ROOT=" + m.runcRoot}
