@@ -136,6 +136,8 @@ func suite(t *testing.T, e *env) {
 	t.Run("PauseResume", e.testPauseResume)
 	t.Run("Metrics", e.testMetrics)
 	t.Run("OOM", e.testOOM)
+	t.Run("OOMExec", e.testOOMExec)
+	t.Run("Update", e.testUpdate)
 	t.Run("KillDelete", e.testKillDelete)
 	t.Run("Terminal", e.testTerminal)
 	t.Run("LogURI", e.testLogURI)
