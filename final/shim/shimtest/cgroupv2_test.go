@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package shimtest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cgroupsv2 "github.com/containerd/cgroups/v3/cgroup2/stats"
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/typeurl/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+// cgroup2Shim is the shim behind a wrapper that runs every invocation of it (start, and with
+// it the long-lived shim; delete) in a private mount namespace with a cgroup2 hierarchy
+// mounted on /sys/fs/cgroup. There the shim, runc and the cgroups library see a cgroup v2 host;
+// the host's mounts stay as they are. On a hybrid host that hierarchy has no memory or pids
+// controller (they are bound to v1), but cgroup.procs, cpu.stat and cgroup.freeze work.
+func cgroup2Shim(t *testing.T) string {
+	t.Helper()
+	testkit.RequireCommand(t, "unshare", "mount")
+	shim := shimBinary(t)
+	wrapper := filepath.Join(testkit.TempDir(t), filepath.Base(shim))
+	script := fmt.Sprintf("#!/bin/sh\nexec unshare --mount --propagation private -- sh -c 'mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec \"$0\" \"$@\"' %q \"$@\"\n", shim)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper
+}
+
+// hostCgroup2 is where the test's own mount namespace has the cgroup2 hierarchy:
+// /sys/fs/cgroup/unified on a hybrid host, /sys/fs/cgroup on a v2 one.
+func hostCgroup2(t *testing.T) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// The fields after " - " are the file system type, the source and the options.
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if fields := strings.Fields(pre); ok && len(fields) > 4 && strings.HasPrefix(post, "cgroup2 ") {
+			return fields[4]
+		}
+	}
+	t.Skip("no cgroup2 hierarchy mounted on this host")
+	return ""
+}
+
+// cgroup2Path is the cgroup v2 path of pid, from its "0::" line.
+func cgroup2Path(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p
+		}
+	}
+	t.Fatalf("process %d is in no cgroup2 cgroup:\n%s", pid, data)
+	return ""
+}
+
+// v2Stats calls Stats and decodes the cgroup v2 metrics it must hold.
+func v2Stats(t *testing.T, k *testkit.Task) *cgroupsv2.Metrics {
+	t.Helper()
+	resp, err := k.Conn.Task.Stats(k.Ctx(), &taskapi.StatsRequest{ID: k.ID})
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	v, err := typeurl.UnmarshalAny(resp.GetStats())
+	if err != nil {
+		t.Fatalf("Stats returned %s: %v", resp.GetStats().GetTypeUrl(), err)
+	}
+	m, ok := v.(*cgroupsv2.Metrics)
+	if !ok {
+		t.Fatalf("Stats returned %T (%s), want cgroup v2 metrics", v, resp.GetStats().GetTypeUrl())
+	}
+	return m
+}
+
+func cpuUsage(t *testing.T, k *testkit.Task) uint64 {
+	t.Helper()
+	return v2Stats(t, k).GetCPU().GetUsageUsec()
+}
+
+// TestCgroupV2InPrivateMount runs a busy container under a shim that sees cgroup v2 only: runc
+// makes its cgroup in the v2 hierarchy, Stats returns v2 metrics with CPU time, Pause freezes
+// it through cgroup.freeze (its CPU time stands still), Resume thaws it, and Delete removes its
+// cgroup. The host's own /sys/fs/cgroup is not touched.
+func TestCgroupV2InPrivateMount(t *testing.T) {
+	t.Parallel()
+	testkit.RequireRoot(t)
+	host := hostCgroup2(t)
+	var before unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &before); err != nil {
+		t.Fatal(err)
+	}
+	d := testkit.NewDriver(t, cgroup2Shim(t))
+	k := testkit.NewTask(t, d, "cgroup2", testkit.TaskOptions{Args: []string{"/bin/sh", "-c", "while :; do :; done"}, NullIO: true})
+	pid := k.Run()
+
+	group := cgroup2Path(t, pid)
+	dir := filepath.Join(host, group)
+	if !strings.HasSuffix(group, "/"+d.Namespace+"/"+k.ID) {
+		t.Fatalf("container in cgroup2 %s, want its own cgroup ending in /%s/%s: runc did not run in v2 mode", group, d.Namespace, k.ID)
+	}
+	// runc in v1 mode would have made the container a cgroup of its own in every v1
+	// hierarchy too; in v2 mode it never touches them, and only the 0:: line names its cgroup.
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasSuffix(line, "/"+d.Namespace+"/"+k.ID) {
+			own++
+		}
+	}
+	if own != 1 {
+		t.Errorf("the container has %d cgroups of its own, want 1 (v2): runc ran in v1 mode:\n%s", own, data)
+	}
+	if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err != nil || !strings.Contains(" "+strings.Join(strings.Fields(string(procs)), " ")+" ", fmt.Sprintf(" %d ", pid)) {
+		t.Fatalf("%s/cgroup.procs = %q, %v; want the init %d in it", dir, procs, err, pid)
+	}
+
+	testkit.Eventually(t, 10*time.Second, "Stats never showed CPU time for a busy container", func() bool {
+		return cpuUsage(t, k) > 0
+	})
+
+	if _, err := k.Conn.Task.Pause(k.Ctx(), &taskapi.PauseRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if st := k.State(); st.Status != task.Status_PAUSED {
+		t.Errorf("State after Pause: %v, want PAUSED", st.Status)
+	}
+	if freeze, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze")); err != nil || strings.TrimSpace(string(freeze)) != "1" {
+		t.Errorf("cgroup.freeze = %q, %v; want 1", freeze, err)
+	}
+	testkit.Eventually(t, 10*time.Second, "cgroup.events never said frozen", func() bool {
+		events, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		return strings.Contains(string(events), "frozen 1")
+	})
+	frozen := cpuUsage(t, k)
+	time.Sleep(300 * time.Millisecond)
+	if now := cpuUsage(t, k); now != frozen {
+		t.Errorf("CPU time of a frozen container went from %d to %d µs", frozen, now)
+	}
+
+	if _, err := k.Conn.Task.Resume(k.Ctx(), &taskapi.ResumeRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if st := k.State(); st.Status != task.Status_RUNNING {
+		t.Errorf("State after Resume: %v, want RUNNING", st.Status)
+	}
+	testkit.Eventually(t, 10*time.Second, "the container's CPU time did not advance after Resume", func() bool {
+		return cpuUsage(t, k) > frozen
+	})
+
+	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, k, "")
+	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the container's cgroup %s is left after Delete: %v", dir, err)
+	}
+	var after unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &after); err != nil || after.Type != before.Type {
+		t.Errorf("the host's /sys/fs/cgroup changed: type %#x, then %#x (%v)", before.Type, after.Type, err)
+	}
+}
