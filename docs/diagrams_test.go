@@ -12,7 +12,8 @@ import (
 )
 
 // scenario is what a diagram draws: shell commands run in a sandbox, with $SHIMCTL standing for
-// bin/shimctl with the step's shim, a private namespace and --trace.
+// bin/shimctl with the step's shim, a private namespace ($NAMESPACE) and --trace, and
+// $UNTRACED for the same without --trace, to wait for something without drawing the waiting.
 type scenario struct {
 	step   string // the shim: "01".."06", or "" for the final shim
 	script string
@@ -20,9 +21,9 @@ type scenario struct {
 
 // scenarios are the diagrams `make docs` draws, by name (docs/diagrams/NAME.mmd). Each shows
 // the step's mechanism at work: steps 01 and 02 cannot run a container, so they show the shim's
-// life; steps 03 and 04 have no Wait, so the exit is read with State after the container is
-// done; step 06 lets the container exit while no shimctl is connected, and a later one finds
-// the shim again (the events go to a `shimctl events` that listens throughout, as containerd
+// life; steps 03 and 04 have no Wait, so the exit is read with State once the container is
+// done; step 06 lets the container exit while no shimctl is connected (exit.json tells when),
+// and a later one finds the shim again (the events go to a `shimctl events` that listens throughout, as containerd
 // does).
 var scenarios = map[string]scenario{
 	"01-bootstrap": {"01", `$SHIMCTL shim start demo
@@ -33,11 +34,11 @@ $SHIMCTL task state demo
 $SHIMCTL shim shutdown demo
 $SHIMCTL shim delete demo`},
 	"03-runc-create": {"03", `$SHIMCTL run -d demo -- /bin/sh -c 'exit 3'
-sleep 0.5
+until $UNTRACED task state demo | grep -q STOPPED; do sleep 0.05; done
 $SHIMCTL task state demo
 $SHIMCTL task delete demo`},
 	"04-subreaper": {"04", `$SHIMCTL run -d demo -- /bin/sh -c 'exit 3'
-sleep 0.5
+until $UNTRACED task state demo | grep -q STOPPED; do sleep 0.05; done
 $SHIMCTL task state demo
 $SHIMCTL task delete demo`},
 	"05-wait-events": {"05", `$SHIMCTL run --rm demo -- /bin/sh -c 'echo hi; exit 3'`},
@@ -45,7 +46,7 @@ $SHIMCTL task delete demo`},
 listener=$!
 until [ -S "$SHIMCTL_STATE/events.sock" ]; do sleep 0.05; done
 $SHIMCTL run -d demo -- /bin/sh -c 'sleep 0.3; exit 3'
-sleep 1
+until [ -e "$SHIMCTL_STATE/$NAMESPACE/demo/exit.json" ]; do sleep 0.05; done
 $SHIMCTL task state demo
 $SHIMCTL task delete demo
 kill $listener; wait $listener`},
@@ -61,8 +62,9 @@ func draw(t *testing.T, root, name string, sc scenario) (string, error) {
 	trace := filepath.Join(s.dir, "trace.jsonl")
 	// A namespace per diagram keeps the containers' cgroups apart while diagrams run side by
 	// side. Commands may fail on purpose (a step that lacks an RPC): only the trace counts.
-	script := fmt.Sprintf("SHIMCTL='bin/shimctl --trace %s -n docs%s --shim %s'\n%s\n",
-		trace, strings.ReplaceAll(name, "-", ""), shim, sc.script)
+	ns := "docs" + strings.ReplaceAll(name, "-", "")
+	script := fmt.Sprintf("NAMESPACE=%s\nUNTRACED='bin/shimctl -n %s --shim %s'\nSHIMCTL=\"$UNTRACED --trace %s\"\n%s\n",
+		ns, ns, shim, trace, sc.script)
 	_, stderr, err := s.run(root, script)
 	if _, statErr := os.Stat(trace); statErr != nil {
 		return "", fmt.Errorf("no trace: %v (%v)\n%s", statErr, err, stderr)
