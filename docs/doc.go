@@ -44,6 +44,6 @@
 // itself is left out of the diff: it is prose about its own step.
 //
 // Checked too: every exercise id a page names (`make exercise EX=04.2`, "exercise 04.2") is in
-// the table of tools/exercise, and every relative link of docs/*.md leads to a file, and to a
-// heading of it when it has an #anchor.
+// the table of tools/exercise, and every relative link of a page leads to a file of the
+// repository, and to a heading of it when it has an #anchor.
 package docs
