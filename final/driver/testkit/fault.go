@@ -84,7 +84,8 @@ func (c *Containerd) Leftovers(t testing.TB, id string, sockets bool, pids ...in
 type Fault string
 
 const (
-	// Fail exits 1 with a message, as runc does when it refuses.
+	// Fail exits 1 with the message "<subcommand> failing on purpose", as runc does when it
+	// refuses.
 	Fail Fault = "fail"
 	// Hang never returns: the wrapper becomes a sleep that holds runc's pipes.
 	Hang Fault = "hang"
@@ -104,19 +105,27 @@ type FaultyRunc struct {
 
 // faultyScript finds the subcommand after runc's global flags (whose values are paths, never a
 // bare subcommand name), records that it got there, and acts on the fault file of that
-// subcommand. The sleep of Hang is exec'd so that a kill of the command kills what holds its
+// subcommand. A failure is logged where runc logs its own, in --log as JSON, and on stderr. The sleep of Hang is exec'd so that a kill of the command kills what holds its
 // pipes.
 const faultyScript = `#!/bin/sh
 dir=%q
-sub=
+sub= log= prev=
 for a; do
+	if [ "$prev" = --log ]; then log=$a; fi
 	case "$a" in create|start|exec|kill|delete) sub=$a; break;; esac
+	prev=$a
 done
 if [ -n "$sub" ] && [ -f "$dir/$sub" ]; then
 	read -r fault < "$dir/$sub"
 	echo "$sub" >> "$dir/reached"
 	case "$fault" in
-	fail) echo "runc $sub: failing on purpose" >&2; exit 1;;
+	fail)
+		msg="$sub failing on purpose"
+		echo "$msg" >&2
+		if [ -n "$log" ]; then
+			printf '{"level":"error","msg":"%%s","time":"%%s"}\n' "$msg" "$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> "$log"
+		fi
+		exit 1;;
 	hang) exec sleep 3600;;
 	die) kill -9 $$;;
 	block) while [ -f "$dir/$sub" ]; do sleep 0.02; done;;

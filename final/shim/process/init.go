@@ -226,9 +226,23 @@ func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
 	}
 	p.mu.Unlock()
 	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {
-		return fmt.Errorf("%w: %w", p.runtimeError(err, "kill"), errdefs.ErrNotFound)
+		return p.killError(err)
 	}
 	return nil
+}
+
+// killError is NotFound only when runc says there is nothing left to signal: callers take
+// NotFound from Kill for "already gone" and stop trying, so a runc that failed, hung or was
+// killed must not be reported that way (containerd's checkKillError draws the same line).
+func (p *Init) killError(err error) error {
+	rerr := p.runtimeError(err, "kill")
+	msg := strings.ToLower(rerr.Error() + " " + err.Error())
+	for _, gone := range []string{"container not running", "does not exist", "no such process", "process already finished"} {
+		if strings.Contains(msg, gone) {
+			return fmt.Errorf("%w: %w", rerr, errdefs.ErrNotFound)
+		}
+	}
+	return rerr
 }
 
 // Pause freezes every process of the container.
