@@ -12,7 +12,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
+
+	"github.com/shimwalk/shimwalk/tools/mdanchor"
 )
 
 // exerciseIDs reads the ids of the exercise table in tools/exercise/exercises.go: the ID of
@@ -63,8 +64,6 @@ func checkExerciseIDs(p *page, ids map[string]bool) []problem {
 var (
 	inlineCode = regexp.MustCompile("`[^`]*`")
 	mdLink     = regexp.MustCompile(`\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)`)
-	headingRe  = regexp.MustCompile(`^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$`)
-	linkText   = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
 )
 
 // checkLinks checks that every relative link of p leads to a file or directory of the
@@ -103,7 +102,12 @@ func checkLinks(root string, p *page) []problem {
 				probs = append(probs, problem{p.path, i + 1, "", fmt.Sprintf("link %s: %v", target, err)})
 				continue
 			}
-			if !anchors(string(data))[strings.ToLower(anchor)] {
+			anchors, err := mdanchor.Anchors(data)
+			if err != nil {
+				probs = append(probs, problem{p.path, i + 1, "", fmt.Sprintf("link %s: %v", target, err)})
+				continue
+			}
+			if !anchors[strings.ToLower(anchor)] {
 				probs = append(probs, problem{p.path, i + 1, "", fmt.Sprintf("link %s: %s has no heading with the anchor #%s", target, rel, anchor)})
 			}
 		}
@@ -120,46 +124,6 @@ func (p *page) fenceLines() map[int]bool {
 		}
 	}
 	return in
-}
-
-// anchors are the GitHub anchors of the headings of a Markdown text: lower case, punctuation
-// but '-' and '_' dropped, spaces made '-', repeats numbered -1, -2, ...
-func anchors(md string) map[string]bool {
-	p := &page{lines: strings.Split(md, "\n")}
-	// Only the fences matter here.
-	for i := 0; i < len(p.lines); i++ {
-		if m := fenceOpen.FindStringSubmatch(p.lines[i]); m != nil {
-			end := closingFence(p.lines, i+1, m[1])
-			p.fences = append(p.fences, [2]int{i + 1, end})
-			i = end
-		}
-	}
-	inFence := p.fenceLines()
-	found := map[string]bool{}
-	seen := map[string]int{}
-	for i, l := range p.lines {
-		m := headingRe.FindStringSubmatch(l)
-		if m == nil || inFence[i] {
-			continue
-		}
-		var b strings.Builder
-		for _, r := range strings.ToLower(strings.TrimSpace(linkText.ReplaceAllString(m[1], "$1"))) {
-			switch {
-			case r == ' ':
-				b.WriteByte('-')
-			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
-				b.WriteRune(r)
-			}
-		}
-		s := b.String()
-		if n := seen[s]; n > 0 {
-			found[fmt.Sprintf("%s-%d", s, n)] = true
-		} else {
-			found[s] = true
-		}
-		seen[s]++
-	}
-	return found
 }
 
 // checkUnmarked finds blocks that show a command's output without an output or illustrative

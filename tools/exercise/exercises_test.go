@@ -16,6 +16,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/shimwalk/shimwalk/tools/mdanchor"
 )
 
 func testRoot(t *testing.T) string {
@@ -84,7 +86,7 @@ func TestExercisesAreConsistent(t *testing.T) {
 			}
 			// The heading is "Exercise NN.N: ...", whose anchor begins so.
 			prefix := "exercise-" + strings.ReplaceAll(ex.ID, ".", "") + "-"
-			if !strings.HasPrefix(ex.Anchor, prefix) || slug(ex.Anchor) != ex.Anchor {
+			if !strings.HasPrefix(ex.Anchor, prefix) || mdanchor.Slug(ex.Anchor) != ex.Anchor {
 				t.Errorf("anchor %q is not a heading anchor starting %q", ex.Anchor, prefix)
 			}
 

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/shimwalk/shimwalk/tools/mdanchor"
 )
 
 // verifyJobs is how many go test processes run at once. Each runs its tests in parallel and
@@ -276,7 +278,7 @@ func checkAnchor(root string, ex Exercise) outcome {
 		}
 		return outcome{false, err.Error()}
 	}
-	anchors, err := readmeAnchors(data)
+	anchors, err := mdanchor.Anchors(data)
 	if err != nil {
 		return outcome{false, fmt.Sprintf("%s: %v", readme, err)}
 	}

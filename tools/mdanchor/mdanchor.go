@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// README anchors as GitHub makes them, so that the link in a stub's panic message lands on the
-// exercise's heading.
-package main
+// Package mdanchor computes the anchors GitHub gives the headings of a Markdown file, so that
+// links to a heading (a stub's panic message, a link in docs/) can be checked to land.
+package mdanchor
 
 import (
 	"bufio"
@@ -13,9 +13,9 @@ import (
 	"unicode"
 )
 
-// slug is GitHub's anchor for a heading: lower case, punctuation dropped except '-' and '_',
+// Slug is GitHub's anchor for a heading: lower case, punctuation dropped except '-' and '_',
 // each space a '-'.
-func slug(heading string) string {
+func Slug(heading string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
 		switch {
@@ -36,18 +36,18 @@ var (
 )
 
 // headingText is what GitHub renders of a heading's markdown, as far as anchors care: link text
-// without its target; other markup is punctuation that slug drops.
+// without its target; other markup is punctuation that Slug drops.
 func headingText(md string) string {
 	return link.ReplaceAllString(md, "$1")
 }
 
-// readmeAnchors returns the anchors of md's headings. Repeated headings get "-1", "-2", ... as on
+// Anchors returns the anchors of md's headings. Repeated headings get "-1", "-2", ... as on
 // GitHub; headings inside fenced code blocks are not headings.
-func readmeAnchors(md []byte) (map[string]bool, error) {
+func Anchors(md []byte) (map[string]bool, error) {
 	anchors := map[string]bool{}
 	seen := map[string]int{}
 	add := func(text string) {
-		s := slug(headingText(text))
+		s := Slug(headingText(text))
 		if n := seen[s]; n > 0 {
 			seen[s] = n + 1
 			s = fmt.Sprintf("%s-%d", s, n)

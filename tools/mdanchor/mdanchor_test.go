@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Tests of README anchors against headings whose GitHub anchors are known.
-package main
+package mdanchor
 
 import (
 	"maps"
@@ -18,13 +18,13 @@ func TestSlug(t *testing.T) {
 		"Ünïcode stays":                                   "ünïcode-stays",
 		"A -- B":                                          "a----b",
 	} {
-		if got := slug(heading); got != want {
-			t.Errorf("slug(%q) = %q, want %q", heading, got, want)
+		if got := Slug(heading); got != want {
+			t.Errorf("Slug(%q) = %q, want %q", heading, got, want)
 		}
 	}
 }
 
-func TestReadmeAnchors(t *testing.T) {
+func TestAnchors(t *testing.T) {
 	md := "# Step 01: bootstrap\n" +
 		"Text.\n\n" +
 		"## Exercises ##\n" +
@@ -36,7 +36,7 @@ func TestReadmeAnchors(t *testing.T) {
 		"--------------\n" +
 		"#not-a-heading\n" +
 		"    # indented code, not a heading\n"
-	got, err := readmeAnchors([]byte(md))
+	got, err := Anchors([]byte(md))
 	if err != nil {
 		t.Fatal(err)
 	}
