@@ -25,6 +25,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
+	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 )
 
@@ -188,7 +189,7 @@ func spawn(f flags, ln *net.UnixListener, path, shimCgroup string) error {
 	}
 	pid := cmd.Process.Pid
 	if shimCgroup != "" {
-		if err := process.JoinCgroup(shimCgroup, pid); err != nil {
+		if err := cgroups.Join(shimCgroup, pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return err

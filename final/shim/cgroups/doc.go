@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cgroups finds a container's memory cgroup, reads the kernel's count of OOM kills in
-// it on either cgroup layout, and watches every container of the shim for OOM kills with one
-// goroutine.
+// Package cgroups is what the shim knows of cgroups, on either layout: it finds a container's
+// cgroup and reads its metrics, moves the shim into the ShimCgroup, reads the kernel's count of
+// OOM kills in a memory cgroup, and watches every container of the shim for OOM kills with one
+// goroutine. What takes a root directory can be pointed at a tree of files.
 //
 // It mirrors containerd v2.4 pkg/oom (v1: an eventfd per cgroup registered through
 // cgroup.event_control on memory.oom_control, in one epoll set; v2: the memory.events file)

@@ -51,30 +51,43 @@ func MemoryOf(root string, pid int) (Memory, error) {
 // below root: on v2 the "0::" line, on v1 the line whose controllers include memory. The
 // kernel lists the v1 lines whatever is mounted, so the layout must be given, not guessed.
 func FindMemory(root string, unified bool, procCgroup []byte) (Memory, error) {
+	var (
+		group string
+		err   error
+	)
+	if unified {
+		group, err = unifiedPath(procCgroup)
+	} else {
+		group, err = cgroupPath(procCgroup, func(id, controllers string) bool { return hasController(controllers, "memory") })
+		root = filepath.Join(root, "memory")
+	}
+	if err != nil {
+		return Memory{}, fmt.Errorf("%v: %w", err, ErrNoMemoryCgroup)
+	}
+	return Memory{Dir: filepath.Join(root, group), Unified: unified}, nil
+}
+
+// unifiedPath is the cgroup v2 path in procCgroup, from its "0::" line.
+func unifiedPath(procCgroup []byte) (string, error) {
+	return cgroupPath(procCgroup, func(id, controllers string) bool { return id == "0" && controllers == "" })
+}
+
+// cgroupPath is the path of the first line of procCgroup that match accepts. A path outside
+// the hierarchy (a cgroup namespace shows "/.." for one) has no directory below a mount point.
+func cgroupPath(procCgroup []byte, match func(id, controllers string) bool) (string, error) {
 	sc := bufio.NewScanner(bytes.NewReader(procCgroup))
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		var dir string
-		switch {
-		case unified && parts[0] == "0" && parts[1] == "":
-			dir = root
-		case !unified && hasController(parts[1], "memory"):
-			dir = filepath.Join(root, "memory")
-		default:
+		if len(parts) != 3 || !match(parts[0], parts[1]) {
 			continue
 		}
 		group := parts[2]
-		// A path outside the hierarchy (a cgroup namespace shows "/.." for one) has no directory
-		// below root to read.
 		if !path.IsAbs(group) || path.Clean(group) != group || strings.HasPrefix(group, "/..") {
-			return Memory{}, fmt.Errorf("cgroup path %q: %w", group, ErrNoMemoryCgroup)
+			return "", fmt.Errorf("cgroup path %q is not below the hierarchy's root", group)
 		}
-		return Memory{Dir: filepath.Join(dir, group), Unified: unified}, nil
+		return group, nil
 	}
-	return Memory{}, ErrNoMemoryCgroup
+	return "", errors.New("no such cgroup in /proc/<pid>/cgroup")
 }
 
 func hasController(list, name string) bool {

@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/stdio"
 )
 
@@ -88,8 +89,8 @@ type Init struct {
 	opts      Options
 	rootfs    string // where the request's mounts were mounted; "" when there were none
 	monitor   runc.ProcessMonitor
-	cg        *cgroupStats // guarded by mu; looked up by the first Stats, or at Start
-	oom       *oomCount    // guarded by mu; nil without a memory cgroup
+	cg        *cgroups.Group // guarded by mu; looked up by the first Stats, or at Start
+	oom       *oomCount      // guarded by mu; nil without a memory cgroup
 
 	// ops serialises the runc calls that change the container's state, so that, say, a
 	// Delete never runs in the middle of a Start. Kill does not take it: it must always get
