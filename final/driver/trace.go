@@ -293,7 +293,11 @@ func Mermaid(records []Record) string {
 	for _, r := range records {
 		switch r.Kind {
 		case KindCommand:
-			add(r.Offset, "Note over shimctl,shim: %s", mermaidText(strings.Join(append([]string{r.Name}, r.Args...), " ")))
+			line := []string{r.Name}
+			for _, a := range r.Args {
+				line = append(line, shellQuote(a))
+			}
+			add(r.Offset, "Note over shimctl,shim: %s", mermaidText(strings.Join(line, " ")))
 		case KindExec:
 			add(r.Offset, "shimctl->>shim: exec %s", mermaidText(r.Name))
 			reply := "exit 0"
@@ -363,6 +367,18 @@ func mermaidText(s string) string {
 		s = string(r[:mermaidWidth-3]) + "..."
 	}
 	return strings.NewReplacer(";", ",", "#", "no.").Replace(s)
+}
+
+// shellQuote quotes an argument as a shell would need it, so that a command line shown in a note
+// reads as it was typed.
+func shellQuote(a string) string {
+	if a != "" && !strings.ContainsFunc(a, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '@' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+	}) {
+		return a
+	}
+	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 }
 
 // roundDuration shows a duration with three significant digits or so.

@@ -217,3 +217,11 @@ func TestReadTraceRefusesWhatIsNotATrace(t *testing.T) {
 		}
 	}
 }
+
+func TestMermaidQuotesTheCommandLine(t *testing.T) {
+	got := Mermaid([]Record{{Kind: KindCommand, Name: "shimctl run", Args: []string{"--rm", "demo", "--", "/bin/sh", "-c", "echo 'hi'; exit 3", ""}}})
+	want := `Note over shimctl,shim: shimctl run --rm demo -- /bin/sh -c 'echo '\''hi'\'', exit 3' ''`
+	if !strings.Contains(got, want) {
+		t.Errorf("Mermaid() =\n%s\nwant a line\n%s", got, want)
+	}
+}
