@@ -33,7 +33,8 @@
 // differs so, and keeps the real values of its run otherwise.
 //
 // An illustrative block shows output that no test can produce (a real containerd, a process
-// tree at a given moment); the prose within a few lines of it must say "illustrative".
+// tree at a given moment); the prose in the twenty lines before it or the eight after must say
+// "illustrative".
 // A block that shows a command after a "$ " prompt followed by its output needs one of the
 // output or illustrative markers.
 //
