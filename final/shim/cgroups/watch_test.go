@@ -143,11 +143,13 @@ func v1Cgroup(t *testing.T, limit int) Memory {
 	t.Helper()
 	testkit.RequireRoot(t)
 	root := filepath.Join(Root, "memory")
-	if IsUnified(Root) {
-		t.Skip("cgroup v1 memory controller: the host runs cgroup v2")
-	}
-	if _, err := os.Stat(filepath.Join(root, "memory.oom_control")); err != nil {
-		t.Skipf("no cgroup v1 memory controller: %v", err)
+	_, err := os.Stat(filepath.Join(root, "memory.oom_control"))
+	if err != nil || IsUnified(Root) {
+		// As testkit.RequireCommand: CI machines are set up like this one, with v1 controllers.
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("requirement missing in CI: a cgroup v1 memory controller")
+		}
+		t.Skip("no cgroup v1 memory controller on this host")
 	}
 	dir := filepath.Join(root, "shimwalk-test", fmt.Sprintf("oomwatch-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cgroupsv1 "github.com/containerd/cgroups/v3/cgroup1/stats"
 	cgroupsv2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/task"
@@ -19,6 +20,19 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
+
+// requireLayout is testkit.RequireCommand for what the host's cgroups must offer: it fails the
+// test under CI, whose machines are set up like this one, and skips it elsewhere.
+func requireLayout(t *testing.T, ok bool, why string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("requirement missing in CI: %s", why)
+	}
+	t.Skip(why)
+}
 
 // cgroup2Shim is the shim behind a wrapper that runs every invocation of it (start, and with
 // it the long-lived shim; delete) in a private mount namespace with a cgroup2 hierarchy
@@ -54,7 +68,7 @@ func hostCgroup2(t *testing.T) string {
 			return fields[4]
 		}
 	}
-	t.Skip("no cgroup2 hierarchy mounted on this host")
+	requireLayout(t, false, "no cgroup2 hierarchy mounted on this host")
 	return ""
 }
 
@@ -95,6 +109,95 @@ func v2Stats(t *testing.T, k *testkit.Task) *cgroupsv2.Metrics {
 func cpuUsage(t *testing.T, k *testkit.Task) uint64 {
 	t.Helper()
 	return v2Stats(t, k).GetCPU().GetUsageUsec()
+}
+
+// v1CPUUsage is the container's CPU time in ns from Stats, which must hold cgroup v1 metrics.
+func v1CPUUsage(t *testing.T, k *testkit.Task) uint64 {
+	t.Helper()
+	resp, err := k.Conn.Task.Stats(k.Ctx(), &taskapi.StatsRequest{ID: k.ID})
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	v, err := typeurl.UnmarshalAny(resp.GetStats())
+	if err != nil {
+		t.Fatalf("Stats returned %s: %v", resp.GetStats().GetTypeUrl(), err)
+	}
+	m, ok := v.(*cgroupsv1.Metrics)
+	if !ok {
+		t.Fatalf("Stats returned %T (%s), want cgroup v1 metrics", v, resp.GetStats().GetTypeUrl())
+	}
+	return m.GetCPU().GetUsage().GetTotal()
+}
+
+// TestCgroupV1PauseFreezes is TestCgroupV2InPrivateMount on the host's v1 hierarchies: Pause
+// sets the v1 freezer to FROZEN and the container's CPU time stands still, Resume continues
+// it, Delete removes its cgroups.
+func TestCgroupV1PauseFreezes(t *testing.T) {
+	t.Parallel()
+	testkit.RequireRoot(t)
+	freezerRoot := "/sys/fs/cgroup/freezer"
+	_, err := os.Stat(filepath.Join(freezerRoot, "cgroup.procs"))
+	requireLayout(t, err == nil, "no cgroup v1 freezer hierarchy on this host")
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "cgroup1", testkit.TaskOptions{Args: []string{"/bin/sh", "-c", "while :; do :; done"}, NullIO: true})
+	pid := k.Run()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var freezer, memory string
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && parts[1] == "freezer" {
+			freezer = filepath.Join(freezerRoot, parts[2])
+		}
+		if len(parts) == 3 && parts[1] == "memory" {
+			memory = filepath.Join("/sys/fs/cgroup/memory", parts[2])
+		}
+	}
+	if !strings.HasSuffix(freezer, "/"+d.Namespace+"/"+k.ID) || !strings.HasSuffix(memory, "/"+d.Namespace+"/"+k.ID) {
+		t.Fatalf("container's v1 cgroups: freezer %q, memory %q; want its own", freezer, memory)
+	}
+
+	testkit.Eventually(t, 10*time.Second, "Stats never showed CPU time for a busy container", func() bool {
+		return v1CPUUsage(t, k) > 0
+	})
+	if _, err := k.Conn.Task.Pause(k.Ctx(), &taskapi.PauseRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if st := k.State(); st.Status != task.Status_PAUSED {
+		t.Errorf("State after Pause: %v, want PAUSED", st.Status)
+	}
+	if state, err := os.ReadFile(filepath.Join(freezer, "freezer.state")); err != nil || strings.TrimSpace(string(state)) != "FROZEN" {
+		t.Errorf("freezer.state = %q, %v; want FROZEN", state, err)
+	}
+	frozen := v1CPUUsage(t, k)
+	time.Sleep(300 * time.Millisecond)
+	if now := v1CPUUsage(t, k); now != frozen {
+		t.Errorf("CPU time of a frozen container went from %d to %d ns", frozen, now)
+	}
+	if _, err := k.Conn.Task.Resume(k.Ctx(), &taskapi.ResumeRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if st := k.State(); st.Status != task.Status_RUNNING {
+		t.Errorf("State after Resume: %v, want RUNNING", st.Status)
+	}
+	testkit.Eventually(t, 10*time.Second, "the container's CPU time did not advance after Resume", func() bool {
+		return v1CPUUsage(t, k) > frozen
+	})
+
+	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, k, "")
+	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	for _, dir := range []string{freezer, memory} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the container's cgroup %s is left after Delete: %v", dir, err)
+		}
+	}
 }
 
 // TestCgroupV2InPrivateMount runs a busy container under a shim that sees cgroup v2 only: runc
