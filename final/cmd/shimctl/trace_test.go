@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/ttrpc"
+
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
@@ -62,7 +64,12 @@ func TestTraceAddsUpInvocations(t *testing.T) {
 				t.Errorf("start record without its bootstrap reply: %+v", r)
 			}
 		case driver.KindRPC:
-			seen = append(seen, "rpc "+r.Name+" "+r.Code)
+			code := r.Code
+			if r.Name == "Shutdown" && r.Error == ttrpc.ErrClosed.Error() {
+				// The step's shim may exit before its reply leaves; the driver takes that as done.
+				code = "OK"
+			}
+			seen = append(seen, "rpc "+r.Name+" "+code)
 			if r.Duration <= 0 {
 				t.Errorf("rpc record without a duration: %+v", r)
 			}
