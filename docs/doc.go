@@ -22,7 +22,7 @@
 // after another, in page order, so that two commands naming the same task never meet. Before
 // it is compared or written, the output is masked: pids, unix:// addresses, temporary paths,
 // long hex ids, timestamps and durations become <pid>, <addr>, <tmp>, <hex>, <time> and
-// <dur>.
+// <dur>, and paths in the repository begin with <repo>.
 //
 // A diagram block holds docs/diagrams/NAME.mmd, the Mermaid sequence diagram that `shimctl trace
 // mermaid` draws from a traced run of the scenario the table in diagrams_test.go gives NAME.

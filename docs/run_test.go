@@ -178,6 +178,8 @@ func runOutputs(t *testing.T, root string, p *page) []outputResult {
 		if _, exited := err.(*exec.ExitError); exited {
 			err = nil // a command may end with a status on purpose: its output is what counts
 		}
+		// The checkout's own path differs from machine to machine too.
+		stdout = strings.ReplaceAll(stdout, root+"/", "<repo>/")
 		results = append(results, outputResult{masked: mask(stdout, s.dir), stderr: stderr, err: err})
 	}
 	return results
