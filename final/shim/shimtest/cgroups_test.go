@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +15,12 @@ import (
 	cgroupsv1 "github.com/containerd/cgroups/v3/cgroup1/stats"
 	cgroupsv2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/typeurl/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -286,5 +289,41 @@ func TestCgroupV2InPrivateMount(t *testing.T) {
 	var after unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/cgroup", &after); err != nil || after.Type != before.Type {
 		t.Errorf("the host's /sys/fs/cgroup changed: type %#x, then %#x (%v)", before.Type, after.Type, err)
+	}
+}
+
+// TestShimCgroupV2InPrivateMount: with ShimCgroup in its runtime options, a shim that sees
+// cgroup v2 moves itself into that cgroup of the v2 hierarchy.
+func TestShimCgroupV2InPrivateMount(t *testing.T) {
+	t.Parallel()
+	testkit.RequireRoot(t)
+	host := hostCgroup2(t)
+	d := testkit.NewDriver(t, cgroup2Shim(t))
+	group := "/shimwalk-test/" + filepath.Base(testkit.WorkDir(t)) + "/shim-v2"
+	if err := os.MkdirAll(filepath.Join(host, group), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The shim is gone by now (cleanups run last first): the cgroup is empty.
+		if err := os.Remove(filepath.Join(host, group)); err != nil {
+			t.Errorf("remove %s: %v", group, err)
+		}
+	})
+	const id = "shimcg2"
+	if _, err := d.NewBundle(id, driver.SpecOptions{Args: []string{"/bin/true"}, Rootfs: testkit.Rootfs(t), Readonly: true}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.StartShim(rpcCtx(t, 30*time.Second), id, marshal(t, mustAny(t, &options.Options{ShimCgroup: group})))
+	if err != nil {
+		t.Fatalf("start with ShimCgroup %s: %v", group, err)
+	}
+	pid := testkit.ReadPid(t, filepath.Join(d.Bundle(id), "shim.pid"))
+	t.Cleanup(func() { shutdownAt(t, b.Address, pid) })
+	if got := cgroup2Path(t, pid); got != group {
+		t.Errorf("the shim is in the v2 cgroup %s, want %s", got, group)
+	}
+	procs, err := os.ReadFile(filepath.Join(host, group, "cgroup.procs"))
+	if err != nil || !slices.Contains(strings.Fields(string(procs)), fmt.Sprint(pid)) {
+		t.Errorf("%s/cgroup.procs = %q, %v; want the shim %d", group, procs, err, pid)
 	}
 }
