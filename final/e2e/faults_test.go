@@ -269,6 +269,11 @@ func (f *faults) duringCreate(strike string) {
 				f.t.Errorf("ctr run succeeded with containerd killed under it")
 			}
 			f.runc.Clear(f.t, "create")
+			// The cancelled Create is over once its runc and the runc delete that undoes it
+			// are: containerd must not come back while the shim is half-way.
+			testkit.Eventually(f.t, 10*time.Second, "the cancelled Create never ended", func() bool {
+				return len(testkit.Children(shim)) == 0
+			})
 		})
 		if hasRow(f.ctr("task", "ls").Stdout, id) {
 			f.t.Errorf("a task whose Create never returned is listed")
