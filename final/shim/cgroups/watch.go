@@ -181,7 +181,8 @@ func (w *Watcher) Watching() int {
 }
 
 // Run calls Notify for the cgroups that the kernel signals until ctx ends, then closes every
-// descriptor the watcher holds.
+// descriptor the watcher holds. It runs once per watcher: its owner starts it right after
+// NewWatcher and stops it with ctx.
 func (w *Watcher) Run(ctx context.Context) {
 	stopWake := context.AfterFunc(ctx, func() {
 		w.mu.Lock()
