@@ -15,7 +15,6 @@ import (
 	eventsapi "github.com/containerd/containerd/api/services/ttrpc/events/v1"
 	"github.com/containerd/ttrpc"
 	"github.com/containerd/typeurl/v2"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	// Registers the task event types, so that envelopes decode into them.
@@ -52,11 +51,16 @@ func ListenEvents(path string) (*EventServer, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale events socket: %w", err)
 	}
-	old := unix.Umask(0o177)
+	// Not umask: the driver is a library in a multi-threaded program, and a process-wide umask
+	// would leak into files other goroutines create meanwhile. The 0700 directory keeps others
+	// out until the chmod.
 	ln, err := net.Listen("unix", path)
-	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen for events: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("events socket mode: %w", err)
 	}
 	srv, err := ttrpc.NewServer(ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()))
 	if err != nil {
