@@ -254,9 +254,26 @@ func within(before, after int) bool {
 func TestSoak(t *testing.T) {
 	t.Parallel()
 	counts := soakConfig(t)
-	c := testkit.NewContainerd(t, counts.generation, "soak")
+	generations := []int{1, 2}
+	if os.Getenv("SHIMWALK_SOAK_CONTAINERD") != "" {
+		generations = []int{counts.generation}
+	}
+	for _, g := range generations {
+		name := map[int]string{1: "Containerd16", 2: "Containerd2"}[g]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := counts
+			c.generation = g
+			soakOn(t, c, strings.ToLower(strings.TrimPrefix(name, "Containerd")))
+		})
+	}
+}
+
+// soakOn is the soak on one containerd; tag keeps its names apart from the other's.
+func soakOn(t *testing.T, counts soakCounts, tag string) {
+	c := testkit.NewContainerd(t, counts.generation, "soak"+tag)
 	s := &soak{env: &env{t: t, c: c, shim: testkit.Binary(t, "final/cmd/containerd-shim-shimwalk-v2"),
-		rootfs: testkit.Rootfs(t), prefix: "soak"}}
+		rootfs: testkit.Rootfs(t), prefix: "soak" + tag}}
 	s.group = "io.containerd.shimwalk.v2.group=" + s.id("pod")
 	for i := 0; i < counts.group; i++ {
 		s.members = append(s.members, s.id(fmt.Sprintf("member%d", i)))
@@ -312,7 +329,7 @@ func TestSoak(t *testing.T) {
 	if !back(after) {
 		t.Errorf("the grouped shim holds more than 10%% above what it held before the churn: before %v, after %v", before, after)
 	}
-	t.Logf("soak on containerd %d: %d containers by %d workers, %d execs, a group of %d, in %v", counts.generation,
+	t.Logf("soak on containerd %s: %d containers by %d workers, %d execs, a group of %d, in %v", map[int]string{1: "1.6", 2: "2.x"}[counts.generation],
 		counts.containers, counts.workers, counts.execs, counts.group, took.Round(time.Second))
 	t.Logf("grouped shim %d before the churn: %v", s.shim, before)
 	t.Logf("grouped shim %d after the churn:  %v", s.shim, after)
