@@ -11,7 +11,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Named explicitly so that exercise copies in work/ are never linted or tested as the project.
 PKGS     := ./steps/... ./final/... ./tools/... ./docs/... ./bench/...
 
-.PHONY: all build deps demo test lint unit exercises e2e exercise exercise-list check stepdiff stepsame docs bench clean
+.PHONY: all build deps demo test lint unit exercises e2e soak exercise exercise-list check stepdiff stepsame docs bench clean
 
 all: build
 
@@ -58,6 +58,15 @@ docs: deps build
 # The final shim under containerd 1.6 and 2.x (part of unit too; this runs it alone).
 e2e: deps
 	$(GO) test $(TESTFLAGS) -v ./final/e2e ./final/shim/shimtest
+
+# Load and leaks, long: 200 containers churned by 4 workers and 1000 execs through a grouped
+# shim serving 20 containers (TestSoak's counts; `make test` runs it short). Then, when
+# scripts/fuzz.sh is there, SOAK_FUZZTIME of fuzzing per target.
+SOAK_FUZZTIME ?= 2m
+soak: deps build
+	SHIMWALK_SOAK=long $(GO) test -count=1 -timeout 30m -v -run '^TestSoak$$' ./final/e2e
+	@if [ -x scripts/fuzz.sh ]; then ./scripts/fuzz.sh $(SOAK_FUZZTIME); \
+	else echo "soak: no scripts/fuzz.sh, so no fuzzing"; fi
 
 # make exercise EX=04.2: a copy of the step with the exercise applied, in work/EX.
 exercise:
