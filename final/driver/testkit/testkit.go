@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shimwalk/shimwalk/final/driver"
 )
 
 var (
@@ -209,23 +211,11 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 }
 
 // removeCgroups removes the (by now empty) cgroup directories the test process's containers
-// were put in, below each hierarchy's root, deepest first.
+// were put in, and the parent all test processes share once no other uses it.
 func removeCgroups(paths ...string) {
+	driver.RemoveCgroups(paths...)
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	roots = append(roots, "/sys/fs/cgroup")
-	for _, root := range roots {
-		for _, p := range paths {
-			var dirs []string
-			filepath.WalkDir(filepath.Join(root, p), func(path string, d os.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, path)
-				}
-				return nil
-			})
-			for i := len(dirs) - 1; i >= 0; i-- {
-				os.Remove(dirs[i])
-			}
-		}
+	for _, root := range append(roots, "/sys/fs/cgroup") {
 		os.Remove(filepath.Join(root, "shimwalk-test")) // fails while another test process uses it
 	}
 }
