@@ -297,7 +297,13 @@ func (p *Init) Delete(ctx context.Context) error {
 	p.mu.Unlock()
 	// A created container's init still waits in runc init: --force kills it.
 	force := status == task.Status_CREATED
-	if err := p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: force}); err != nil && !p.notExist(err) {
+	err := p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: force})
+	if err != nil && status == task.Status_STOPPED && !p.notExist(err) {
+		// An init that died while its container was paused leaves a frozen cgroup, which runc
+		// takes for a paused container and will not delete; --force thaws and removes it.
+		err = p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: true})
+	}
+	if err != nil && !p.notExist(err) {
 		return p.runtimeError(err, "delete")
 	}
 	p.closeIO()

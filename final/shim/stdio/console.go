@@ -34,6 +34,14 @@ func NewConsole(cfg Config) (*Console, error) {
 	if !cfg.Terminal {
 		return nil, errors.New("not a terminal")
 	}
+	// Checked now, before runc makes a container whose terminal could not be attached.
+	for _, path := range []string{cfg.Stdin, cfg.Stdout} {
+		if path != "" {
+			if err := CheckFIFO(path); err != nil {
+				return nil, err
+			}
+		}
+	}
 	s, err := runc.NewTempConsoleSocket()
 	if err != nil {
 		return nil, fmt.Errorf("console socket: %w", err)

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/fifo"
 	runc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
@@ -42,6 +43,18 @@ type Pipes struct {
 	stdinW  io.WriteCloser
 	binary  *exec.Cmd // the logging binary, for binary://
 	monitor runc.ProcessMonitor
+	// devNull is the process's stdout and stderr when only stdin was asked for. Left unset,
+	// go-runc would capture runc's output through a pipe the container inherits, and wait for
+	// the container's exit before runc create or exec returned.
+	devNull *os.File
+}
+
+// Set hands runc the process's ends of the pipes.
+func (p *Pipes) Set(cmd *exec.Cmd) {
+	p.IO.Set(cmd)
+	if p.devNull != nil {
+		cmd.Stdout, cmd.Stderr = p.devNull, p.devNull
+	}
 }
 
 // Open creates the stdio of process id in namespace. uid and gid own the pipes (the process
@@ -77,10 +90,35 @@ func Open(cfg Config, id, namespace string, uid, gid int, monitor runc.ProcessMo
 	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file or binary)", cfg.Stdout, u.Scheme)
 }
 
+// CheckFIFO refuses a stdio path that is not a FIFO itself: a regular file, a directory, a
+// symlink (whose target the caller did not name) or nothing. containerd creates the FIFOs
+// before it asks; anything else is a request to refuse, not to follow.
+func CheckFIFO(path string) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("stdio %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	kind := "not a FIFO"
+	switch m := st.Mode(); {
+	case m&os.ModeNamedPipe != 0:
+		return nil
+	case m.IsRegular():
+		kind = "a regular file"
+	case m.IsDir():
+		kind = "a directory"
+	case m&os.ModeSymlink != 0:
+		kind = "a symlink"
+	}
+	return fmt.Errorf("stdio %s is %s, not a FIFO: %w", path, kind, errdefs.ErrInvalidArgument)
+}
+
 // outputFIFO opens a FIFO for output. Read-write never blocks, whether or not the reader has
 // opened its end yet, and keeps the FIFO from breaking if the reader goes away: output waits
 // in the pipe instead of being lost.
 func outputFIFO(path string) (io.WriteCloser, error) {
+	if err := CheckFIFO(path); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
@@ -97,7 +135,11 @@ func outputFile(path string) (io.WriteCloser, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
-	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o640)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o640)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EISDIR) {
+		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return f, err
 }
 
 func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, error)) (*Pipes, error) {
@@ -108,6 +150,13 @@ func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, 
 		return nil, fmt.Errorf("create pipes: %w", err)
 	}
 	p := &Pipes{IO: pio, stdin: cfg.Stdin}
+	if cfg.Stdout == "" && cfg.Stderr == "" {
+		if p.devNull, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
+			pio.Close()
+			return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+		}
+		p.closers = append(p.closers, p.devNull)
+	}
 	outs := map[string]*sharedWriter{}
 	for _, out := range []struct {
 		path string
@@ -138,6 +187,10 @@ func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, 
 		}(out.r, w)
 	}
 	if cfg.Stdin != "" {
+		if err := CheckFIFO(cfg.Stdin); err != nil {
+			p.Close()
+			return nil, err
+		}
 		// Not a request's context: the writer may open its end after Create returned, and the
 		// fifo package gives up on an open whose context has ended.
 		in, err := fifo.OpenFifo(context.Background(), cfg.Stdin, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)

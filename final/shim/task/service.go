@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
@@ -145,8 +146,9 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}()
 
 	// An exit.json left by an earlier task in this bundle must not pass for this one's.
+	// A bundle that is not a directory is NewInit's to refuse, with InvalidArgument.
 	if filepath.IsAbs(r.Bundle) {
-		if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
 		}
 	}
