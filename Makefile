@@ -11,7 +11,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Named explicitly so that exercise copies in work/ are never linted or tested as the project.
 PKGS     := ./steps/... ./final/... ./tools/... ./docs/... ./bench/...
 
-.PHONY: all build deps demo test lint unit exercises e2e soak exercise exercise-list check stepdiff stepsame docs bench clean
+.PHONY: all build deps demo test lint unit exercises e2e soak fuzz exercise exercise-list check stepdiff stepsame docs bench clean
 
 all: build
 
@@ -67,6 +67,11 @@ soak: deps build
 	SHIMWALK_SOAK=long $(GO) test -count=1 -timeout 30m -v -run '^TestSoak$$' ./final/e2e
 	@if [ -x scripts/fuzz.sh ]; then ./scripts/fuzz.sh $(SOAK_FUZZTIME); \
 	else echo "soak: no scripts/fuzz.sh, so no fuzzing"; fi
+
+# Every fuzz target for FUZZTIME each (make test runs only their seed corpora).
+FUZZTIME ?= 30s
+fuzz:
+	./scripts/fuzz.sh $(FUZZTIME)
 
 # make exercise EX=04.2: a copy of the step with the exercise applied, in work/EX.
 exercise:
