@@ -233,6 +233,13 @@ func (f *faults) afterStart(strike string) {
 		f.t.Fatalf("ctr run -d: %s", r.Stderr)
 	}
 	shim, pid := f.shimOf(id), f.initPid(id)
+	// The check for leftovers sees a live container for what it is: it can fail.
+	live := strings.Join(f.c.Leftovers(f.t, id, true, pid), " ")
+	for _, want := range []string{"shim", "bundle", "runc state", "/sys/fs/cgroup/", fmt.Sprintf("process %d", pid), "sockets"} {
+		if !strings.Contains(live, want) {
+			f.t.Errorf("the leftover check does not see the live container's %s: %s", want, live)
+		}
+	}
 	if strike == "containerd" {
 		f.killContainerd(func() {})
 		f.waitStatus(id, "RUNNING")
