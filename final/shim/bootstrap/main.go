@@ -3,6 +3,7 @@
 package bootstrap
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	apitypes "github.com/containerd/containerd/api/types"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -153,9 +155,9 @@ func serve(f flags) error {
 func openLog(debug bool) (*slog.Logger, *os.File, error) {
 	f, err := openLogFIFO("log")
 	if err != nil {
-		f, err = os.OpenFile("shim.log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		f, err = openLogFile("shim.log")
 		if err != nil {
-			return nil, nil, fmt.Errorf("open shim.log: %w", err)
+			return nil, nil, err
 		}
 	}
 	level := slog.LevelInfo
@@ -163,4 +165,23 @@ func openLog(debug bool) (*slog.Logger, *os.File, error) {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: level})), f, nil
+}
+
+// openLogFile opens the bundle's log file to append, never through a symlink: one found there
+// is replaced by the file itself.
+func openLogFile(name string) (*os.File, error) {
+	open := func() (*os.File, error) {
+		return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+	}
+	f, err := open()
+	if errors.Is(err, unix.ELOOP) {
+		if err := os.Remove(name); err != nil {
+			return nil, fmt.Errorf("replace the symlink %s: %w", name, err)
+		}
+		f, err = open()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return f, nil
 }

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	bootapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -94,13 +93,13 @@ func readRequest(f flags, in []byte) (request, error) {
 // group is the id that names the shim: the container's own, or the group annotation of its
 // spec, so that a pod's containers share one shim.
 func group(f flags) (string, error) {
-	data, err := os.ReadFile("config.json")
-	if err != nil {
+	if _, err := os.Lstat("config.json"); errors.Is(err, os.ErrNotExist) {
 		return f.id, nil // no spec yet: the shim is this container's alone
 	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return "", fmt.Errorf("config.json: %w", err)
+	// Bounded: the spec is read whole, and this runs before anything else has checked it.
+	spec, err := process.ReadSpec("config.json")
+	if err != nil {
+		return "", err
 	}
 	for _, label := range groupLabels {
 		if g, ok := spec.Annotations[label]; ok && g != "" {

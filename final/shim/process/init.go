@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,11 +102,11 @@ type Init struct {
 // NewInit mounts the rootfs, wires stdio and runs runc create (or runc restore). On failure it
 // leaves nothing behind: no mount, no runc state, no copy goroutine.
 func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
-	if !filepath.IsAbs(cfg.Bundle) {
-		return nil, fmt.Errorf("bundle %q is not an absolute path: %w", cfg.Bundle, errdefs.ErrInvalidArgument)
+	if err := CheckBundle(cfg.Bundle); err != nil {
+		return nil, err
 	}
-	if st, err := os.Lstat(filepath.Join(cfg.Bundle, "config.json")); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("bundle %s has no config.json: %w", cfg.Bundle, errdefs.ErrInvalidArgument)
+	if err := prepareRuncLog(filepath.Join(cfg.Bundle, "log.json")); err != nil {
+		return nil, err
 	}
 	p := &Init{
 		base:      newBase(cfg.ID, cfg.Stdio),
@@ -188,6 +189,78 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		p.status = task.Status_RUNNING // runc restore starts the container
 	}
 	return p, nil
+}
+
+// MaxSpecSize bounds config.json. Real specs are a few KiB; a bigger one is a mistake or an
+// attack, and the start action and runc would each read all of it into memory.
+const MaxSpecSize = 4 << 20
+
+// CheckBundle refuses, with InvalidArgument, a bundle the shim must not write into or hand to
+// runc: a relative path, anything but a directory (a symlink would send the shim's files
+// elsewhere), or one whose config.json is missing, not a regular file, larger than
+// MaxSpecSize or not a JSON runtime spec.
+func CheckBundle(bundle string) error {
+	if !filepath.IsAbs(bundle) {
+		return fmt.Errorf("bundle %q is not an absolute path: %w", bundle, errdefs.ErrInvalidArgument)
+	}
+	st, err := os.Lstat(bundle)
+	switch {
+	case err != nil:
+		return fmt.Errorf("bundle %s: %v: %w", bundle, err, errdefs.ErrInvalidArgument)
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("bundle %s is a symlink, not a directory: %w", bundle, errdefs.ErrInvalidArgument)
+	case !st.IsDir():
+		return fmt.Errorf("bundle %s is not a directory: %w", bundle, errdefs.ErrInvalidArgument)
+	}
+	_, err = ReadSpec(filepath.Join(bundle, "config.json"))
+	return err
+}
+
+// ReadSpec reads the runtime spec at path, refusing with InvalidArgument what CheckBundle
+// refuses.
+func ReadSpec(path string) (*specs.Spec, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s has no config.json: %v: %w", filepath.Dir(path), err, errdefs.ErrInvalidArgument)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
+	}
+	if st.Size() > MaxSpecSize {
+		return nil, fmt.Errorf("%s is %d bytes, more than %d: %w", path, st.Size(), MaxSpecSize, errdefs.ErrInvalidArgument)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSpecSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxSpecSize {
+		return nil, fmt.Errorf("%s is more than %d bytes: %w", path, MaxSpecSize, errdefs.ErrInvalidArgument)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("%s is not a runtime spec: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	return &spec, nil
+}
+
+// prepareRuncLog makes runc's log a regular file of the bundle's own before runc first runs:
+// runc opens it to append and follows a symlink, which would have it write elsewhere.
+func prepareRuncLog(path string) error {
+	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() {
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("replace %s: %w", path, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // Runtime is the runc CLI this container is driven with.

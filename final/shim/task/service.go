@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
@@ -107,6 +106,11 @@ func (s *Service) lookup(id, execID string) (*container, *process.Exec, error) {
 	if err := identifiers.Validate("task id", id); err != nil {
 		return nil, nil, err
 	}
+	if execID != "" {
+		if err := identifiers.Validate("exec id", execID); err != nil {
+			return nil, nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.containers[id]
@@ -145,12 +149,13 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		s.mu.Unlock()
 	}()
 
+	// Before anything is written to the bundle: through a symlink it would land elsewhere.
+	if err := process.CheckBundle(r.Bundle); err != nil {
+		return nil, rpcError(err)
+	}
 	// An exit.json left by an earlier task in this bundle must not pass for this one's.
-	// A bundle that is not a directory is NewInit's to refuse, with InvalidArgument.
-	if filepath.IsAbs(r.Bundle) {
-		if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
-		}
+	if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
 	}
 	p, err := process.NewInit(ctx, process.CreateConfig{
 		ID: r.ID, Bundle: r.Bundle, Namespace: s.cfg.Namespace, Rootfs: r.Rootfs,
