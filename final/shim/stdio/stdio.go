@@ -181,7 +181,7 @@ func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, 
 		go func(r io.Reader, w *sharedWriter) {
 			// Owned by p: ends at EOF, once every process holding the pipe has exited.
 			defer p.wg.Done()
-			io.Copy(w, r)
+			_ = copyWhenReady(w, r)
 			// The last copy into a file closes it, so that a FIFO's reader sees EOF.
 			w.done()
 		}(out.r, w)
@@ -202,7 +202,7 @@ func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, 
 		p.stdinW = pio.Stdin()
 		go func() {
 			// Owned by p: ends when the writer closes stdin, or when Close closes the FIFO.
-			io.Copy(p.stdinW, in)
+			_ = copyWhenReady(p.stdinW, in)
 			p.stdinW.Close()
 		}()
 	}
