@@ -303,9 +303,10 @@ func soakOn(t *testing.T, counts soakCounts, tag string) {
 	if errs := s.round(counts, 2*counts.workers, 2*counts.workers, "warm"); len(errs) > 0 {
 		t.Fatalf("warm-up: %v", errs)
 	}
-	// The dump that counts goroutines allocates too: one before the first measurement, so that
-	// both measurements come after one.
+	// The dump that counts goroutines allocates too, and memory is read before the dump of its
+	// own measurement: two dumps before the first, so that both come after two.
 	s.quiet()
+	s.goroutines()
 	s.goroutines()
 	before := s.usage()
 
