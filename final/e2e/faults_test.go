@@ -257,8 +257,8 @@ func (f *faults) afterStart(strike string) {
 // duringCreate: runc create is held. containerd killed: its connection closes, which cancels
 // the Create and with it runc create; the shim undoes what it made and serves no task. After
 // the restart containerd 2.x finds that shim without a task and ends it (Pids says NotFound);
-// containerd 1.6 keeps it (it lacks that cleanup, containerd#6860), and lists no task: the shim
-// is ended by hand, and containerd cleans up after it. Shim killed: ctr run fails, and
+// containerd 1.6.20 keeps it (it lacks that cleanup, containerd issue 6860, which 1.7 added) and
+// lists no task: the shim is ended by hand, and containerd cleans up after it. Shim killed: ctr run fails, and
 // containerd cleans up through the delete action. Either way: no task, nothing left.
 func (f *faults) duringCreate(strike string) {
 	id := f.id("create")
