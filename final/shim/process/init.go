@@ -212,40 +212,52 @@ func CheckBundle(bundle string) error {
 	case !st.IsDir():
 		return fmt.Errorf("bundle %s is not a directory: %w", bundle, errdefs.ErrInvalidArgument)
 	}
-	_, err = ReadSpec(filepath.Join(bundle, "config.json"))
-	return err
+	var spec struct {
+		OCIVersion string `json:"ociVersion"`
+	}
+	return readSpec(filepath.Join(bundle, "config.json"), &spec)
 }
 
 // ReadSpec reads the runtime spec at path, refusing with InvalidArgument what CheckBundle
 // refuses.
 func ReadSpec(path string) (*specs.Spec, error) {
+	var spec specs.Spec
+	if err := readSpec(path, &spec); err != nil {
+		return nil, err
+	}
+	return &spec, nil
+}
+
+// readSpec decodes the runtime spec at path into spec. CheckBundle decodes one field: the
+// daemon only validates config.json, and decoding a whole specs.Spec builds encoding/json's
+// field tables for every type in it, which stay in the shim's heap for good.
+func readSpec(path string, spec any) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("bundle %s has no config.json: %v: %w", filepath.Dir(path), err, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("bundle %s has no config.json: %v: %w", filepath.Dir(path), err, errdefs.ErrInvalidArgument)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
+		return fmt.Errorf("config.json: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("%s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
 	}
 	if st.Size() > MaxSpecSize {
-		return nil, fmt.Errorf("%s is %d bytes, more than %d: %w", path, st.Size(), MaxSpecSize, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("%s is %d bytes, more than %d: %w", path, st.Size(), MaxSpecSize, errdefs.ErrInvalidArgument)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSpecSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return fmt.Errorf("read %s: %w", path, err)
 	}
 	if len(data) > MaxSpecSize {
-		return nil, fmt.Errorf("%s is more than %d bytes: %w", path, MaxSpecSize, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("%s is more than %d bytes: %w", path, MaxSpecSize, errdefs.ErrInvalidArgument)
 	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("%s is not a runtime spec: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	if err := json.Unmarshal(data, spec); err != nil {
+		return fmt.Errorf("%s is not a runtime spec: %v: %w", path, err, errdefs.ErrInvalidArgument)
 	}
-	return &spec, nil
+	return nil
 }
 
 // prepareRuncLog makes runc's log a regular file of the bundle's own before runc first runs:
