@@ -167,9 +167,14 @@ func (b *bench) runArgs(s shim, flags ...string) []string {
 	return append(args, "--rootfs", b.rootfs)
 }
 
-// startDetached runs a long-sleeping container under s and returns how long `ctr run -d` took.
+// workload is every long-running container's command: a line on stdout and one on stderr, as
+// a container that logs writes, then sleep. A shim's copy of an output stream touches its
+// buffer only once something passes through it.
+var workload = []string{"/bin/sh", "-c", "echo started; echo started >&2; exec sleep 1000000"}
+
+// startDetached runs a long-running container under s and returns how long `ctr run -d` took.
 func (b *bench) startDetached(ctx context.Context, s shim, id string, flags ...string) (time.Duration, error) {
-	args := append(b.runArgs(s, append([]string{"-d"}, flags...)...), id, "/bin/sleep", "1000000")
+	args := append(append(b.runArgs(s, append([]string{"-d"}, flags...)...), id), workload...)
 	begin := time.Now()
 	if _, err := b.ctr(ctx, args...); err != nil {
 		return 0, err
