@@ -133,8 +133,13 @@ type harness struct {
 	runc    string // runc's state directory for the namespace
 	bundles map[string]string
 	paths   []string // stdio and checkpoint paths an input's paths are mapped onto
-	svc     *task.Service
-	client  taskapi.TTRPCTaskService
+	// liveStdin is the live container's stdin FIFO; nobody writes to it.
+	liveStdin string
+	// own are the process's descriptors (the test framework's among them), which must outlive
+	// every input: code that closes a descriptor twice closes whatever reused its number.
+	own    map[int][2]uint64
+	svc    *task.Service
+	client taskapi.TTRPCTaskService
 	// made are the processes inputs created, removed after each input: [id, execID].
 	made [][2]string
 	// shutdowns counts calls of the service's Shutdown hook, which ends a real shim.
@@ -164,7 +169,9 @@ func newHarness(f *testing.F) *harness {
 		}
 		return p
 	}
-	for name, s := range map[string]*specs.Spec{"live": spec("live", "sleep", "3600"), "spare": spec("spare", "sleep", "3600")} {
+	// live reads its stdin, which this process holds open: should the process be killed (the
+	// fuzzing coordinator kills a worker it takes for hung), the container ends with it.
+	for name, s := range map[string]*specs.Spec{"live": spec("live", "sh", "-c", "read x"), "spare": spec("spare", "sleep", "3600")} {
 		b := mkdir(name)
 		if err := driver.WriteSpec(b, s); err != nil {
 			f.Fatal(err)
@@ -200,6 +207,11 @@ func newHarness(f *testing.F) *harness {
 		f.Fatal(err)
 	}
 	h.paths = []string{fifo, regular, link, ioDir, filepath.Join(ioDir, "missing")}
+	// Its own: inputs may close the FIFOs they are given, which ends their readers' input.
+	h.liveStdin = filepath.Join(dir, "live-stdin")
+	if err := syscall.Mkfifo(h.liveStdin, 0o600); err != nil {
+		f.Fatal(err)
+	}
 
 	// This process stands in for the shim: it adopts and reaps the containers, and routes
 	// runc's own exits to the runc calls that wait for them.
@@ -257,6 +269,8 @@ func newHarness(f *testing.F) *harness {
 			f.Errorf("runc state left: %v", left)
 		}
 	})
+	// Taken before the live container has stdio, which is remade with it.
+	h.own = fdIdentities()
 	h.ensureLive(f)
 	return h
 }
@@ -279,7 +293,7 @@ func (h *harness) ensureLive(t testing.TB) {
 	if err == nil {
 		h.stopLive(t)
 	}
-	if _, err := h.svc.Create(ctx, &taskapi.CreateTaskRequest{ID: live, Bundle: h.bundles["live"]}); err != nil {
+	if _, err := h.svc.Create(ctx, &taskapi.CreateTaskRequest{ID: live, Bundle: h.bundles["live"], Stdin: h.liveStdin}); err != nil {
 		t.Fatalf("create %s: %v", live, err)
 	}
 	if _, err := h.svc.Start(ctx, &taskapi.StartRequest{ID: live}); err != nil {
@@ -559,9 +573,6 @@ func FuzzTaskService(f *testing.F) {
 	// The floor the counts must come back to after each input; the first input's lazy
 	// allocations (runc's log, the cgroup handle) are taken in by measuring after one.
 	baseGoroutines, baseFDs := -1, -1
-	// The process's own descriptors (the test framework's among them) must outlive every
-	// input: code that closes a descriptor twice closes whatever reused its number.
-	own := fdIdentities()
 
 	f.Fuzz(func(t *testing.T, which uint8, payload []byte) {
 		r := rpcs[int(which)%len(rpcs)]
@@ -629,7 +640,7 @@ func FuzzTaskService(f *testing.F) {
 			t.Fatalf("%s %v: mounts left: %v", r.name, req, m)
 		}
 		now := fdIdentities()
-		for fd, id := range own {
+		for fd, id := range h.own {
 			if now[fd] != id {
 				t.Fatalf("%s %v: fd %d was closed under its owner (now %v, was %v)", r.name, req, fd, now[fd], id)
 			}
