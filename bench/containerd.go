@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,8 @@ import (
 // shim is one of the two contestants, as ctr selects it.
 type shim struct {
 	name   string   // "final" or "reference"
-	binary string   // the executable the shim processes must run
+	binary string   // the executable the shim processes must run: a private copy of origin
+	origin string   // the binary measured
 	flags  []string // ctr run flags that select it
 }
 
@@ -88,17 +90,33 @@ func startBench(o options, gen, work, rootfs string) (*bench, error) {
 	default:
 		return nil, fmt.Errorf("unknown containerd generation %q", gen)
 	}
+	// Both shims run from copies of their own: PSS shares a page among every process that maps
+	// it, so another program running the same binary meanwhile would lower a shim's reading.
+	finalCopy := filepath.Join(cfg.Dir, "final", filepath.Base(o.shim))
+	refCopy := filepath.Join(cfg.Dir, "ref", "containerd-shim-runc-v2")
+	for from, to := range map[string]string{o.shim: finalCopy, ref: refCopy} {
+		if err := copyExecutable(from, to); err != nil {
+			return nil, err
+		}
+	}
+	path := os.Getenv("PATH")
+	for _, e := range cfg.Env {
+		if p, ok := strings.CutPrefix(e, "PATH="); ok {
+			path = p
+		}
+	}
+	cfg.Env = append(cfg.Env, "PATH="+filepath.Dir(refCopy)+string(os.PathListSeparator)+path)
 	c, err := driver.StartContainerd(cfg)
 	if err != nil {
 		return nil, err
 	}
 	b := &bench{c: c, rootfs: rootfs, fifoDir: filepath.Join(cfg.Dir, "fifo")}
 	b.shims = [2]shim{
-		{name: "final", binary: o.shim, flags: []string{"--runtime", o.shim}},
+		{name: "final", binary: finalCopy, origin: o.shim, flags: []string{"--runtime", finalCopy}},
 		// The runtime name, not a path: ctr hands runc options (here, a runc root of the run's
 		// own) only to io.containerd.runc.v2, and containerd finds its binary in PATH, which
-		// for 2.x starts with the 2.x binaries. Which binary ran is checked on every shim.
-		{name: "reference", binary: ref, flags: []string{"--runtime", "io.containerd.runc.v2", "--runc-root", filepath.Join(work, "runc-ref")}},
+		// starts with the copy's directory. Which binary ran is checked on every shim.
+		{name: "reference", binary: refCopy, origin: ref, flags: []string{"--runtime", "io.containerd.runc.v2", "--runc-root", filepath.Join(work, "runc-ref")}},
 	}
 	b.conn, err = grpc.NewClient("unix://"+c.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -271,6 +289,30 @@ func parallel(n, workers int, fn func(i int) error) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// copyExecutable copies the program from to the new file to, with its directories.
+func copyExecutable(from, to string) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	in, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
 	}
 	return nil
 }

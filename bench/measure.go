@@ -78,8 +78,8 @@ func measureGeneration(ctx context.Context, o options, gen, work, rootfs string,
 		return genResult{}, err
 	}
 	defer b.stop()
-	fmt.Fprintf(log, "bench: %s, final %s, reference %s\n", b.name, b.shims[0].binary, b.shims[1].binary)
-	g := genResult{name: b.name, refs: b.shims[1].binary}
+	fmt.Fprintf(log, "bench: %s, final %s, reference %s\n", b.name, b.shims[0].origin, b.shims[1].origin)
+	g := genResult{name: b.name, refs: b.shims[1].origin}
 	g.pss = [2]map[int]float64{{}, {}}
 	mem, err := b.memory(ctx, o, &g, log)
 	if err != nil {
@@ -92,7 +92,7 @@ func measureGeneration(ctx context.Context, o options, gen, work, rootfs string,
 	g.rows = append(mem, lat...)
 	var sizes [2][]float64
 	for i, s := range b.shims {
-		fi, err := os.Stat(s.binary)
+		fi, err := os.Stat(s.origin)
 		if err != nil {
 			return g, fmt.Errorf("binary size: %w", err)
 		}
