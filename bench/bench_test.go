@@ -57,7 +57,7 @@ func TestSmoke(t *testing.T) {
 	}
 	// TMPDIR puts the benchmark's private containerds where this test can tell them from others.
 	r := testkit.Run(t, "", []string{"TMPDIR=" + tmp}, bench, "-shim", shim, "-repo", testkit.RepoRoot(t),
-		"-counts", "1", "-group", "2", "-rounds", "1", "-bursts", "1", "-burst-size", "2", "-settle", "0s",
+		"-counts", "1", "-group", "2", "-mem-rounds", "1", "-rounds", "1", "-bursts", "1", "-burst-size", "2", "-settle", "0s",
 		"-out", out, "-readme", readme)
 	if r.Code != 0 {
 		t.Fatalf("bench: exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
@@ -212,6 +212,7 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		{[]string{"-containerd", "1.7"}, "-containerd"},
 		{[]string{"-group", "1"}, "-group"},
 		{[]string{"-rounds", "0"}, "-rounds"},
+		{[]string{"-mem-rounds", "0"}, "-mem-rounds"},
 		{[]string{"-burst-size", "0"}, "-burst-size"},
 		{[]string{"-settle", "-1s"}, "-settle"},
 		{[]string{"-shim", "/nonexistent/shim"}, "not an executable"},

@@ -28,6 +28,7 @@ type options struct {
 	generations []string
 	counts      []int // containers for the one-shim-each memory rows
 	group       int   // containers sharing one shim
+	memRounds   int   // readings of every memory row, per shim
 	rounds      int   // samples of each latency, per shim
 	bursts      int   // samples of the parallel start
 	burstSize   int
@@ -84,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&gens, "containerd", "1.6,2", "containerd generations to run: 1.6, 2, or both")
 	fs.StringVar(&counts, "counts", "1,10,50", "containers for the memory rows, one shim each")
 	fs.IntVar(&o.group, "group", 10, "containers sharing one shim (at least 2)")
+	fs.IntVar(&o.memRounds, "mem-rounds", 3, "readings of every memory row, per shim")
 	fs.IntVar(&o.rounds, "rounds", 25, "samples of each latency, per shim")
 	fs.IntVar(&o.bursts, "bursts", 5, "samples of the parallel start, per shim")
 	fs.IntVar(&o.burstSize, "burst-size", 20, "containers started at once in a burst")
@@ -117,6 +119,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-group %d: want 2 to 500", o.group)
 	case o.rounds < 1:
 		return o, fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	case o.memRounds < 1:
+		return o, fmt.Errorf("-mem-rounds %d: want at least 1", o.memRounds)
 	case o.bursts < 1 || o.burstSize < 1 || o.burstSize > 200:
 		return o, fmt.Errorf("-bursts %d -burst-size %d: want at least one burst of 1 to 200", o.bursts, o.burstSize)
 	case o.settle < 0:

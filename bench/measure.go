@@ -114,54 +114,74 @@ func order(i int) [2]int {
 // memory measures the shims' memory with containers one shim each, and with a group of
 // containers sharing one shim.
 func (b *bench) memory(ctx context.Context, o options, g *genResult, log io.Writer) ([]row, error) {
-	var rows []row
-	for i, n := range o.counts {
-		pss := row{metric: fmt.Sprintf("shim PSS per container, %d container(s), one shim each", n), unit: "MiB", target: 0.5}
-		rss := row{metric: fmt.Sprintf("shim RSS per container, %d container(s), one shim each", n), unit: "MiB"}
-		threads := row{metric: fmt.Sprintf("threads per shim, %d container(s)", n)}
-		for _, k := range order(i) {
-			s := b.shims[k]
-			ids := make([]string, n)
-			for j := range ids {
-				ids[j] = b.id("m" + s.name[:1])
-			}
-			err := parallel(n, 4, func(j int) error {
-				_, err := b.startDetached(ctx, s, ids[j])
-				return err
-			})
-			var m shimMem
-			if err == nil {
-				m, err = b.readMemory(ctx, s, o.settle, n)
-			}
-			if rerr := b.remove(ctx, ids...); err == nil {
-				err = rerr
-			}
-			if err == nil {
-				err = b.waitNoShims(ctx)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("memory, %d containers, %s shim: %w", n, s.name, err)
-			}
-			fmt.Fprintf(log, "bench: %s: %d containers: PSS %.1f MiB, RSS %.1f MiB, %d threads, %s shim\n",
-				b.name, n, m.pss, m.rss, m.threads, s.name)
-			g.pss[k][n] = m.pss
-			*pick(&pss, k) = []float64{m.pss / float64(n)}
-			*pick(&rss, k) = []float64{m.rss / float64(n)}
-			*pick(&threads, k) = []float64{float64(m.threads) / float64(n)}
-		}
-		rows = append(rows, pss, rss, threads)
+	// Three rows per count, then the group's: row index 3*i (PSS), 3*i+1 (RSS), 3*i+2 (threads).
+	rows := make([]row, 0, 3*len(o.counts)+1)
+	for _, n := range o.counts {
+		rows = append(rows,
+			row{metric: fmt.Sprintf("shim PSS per container, %d container(s), one shim each", n), unit: "MiB", target: 0.5},
+			row{metric: fmt.Sprintf("shim RSS per container, %d container(s), one shim each", n), unit: "MiB"},
+			row{metric: fmt.Sprintf("threads per shim, %d container(s)", n)})
 	}
 	marginal := row{metric: fmt.Sprintf("shim PSS per added container, %d containers grouped in one shim", o.group), unit: "MiB", target: 0.2}
-	for _, k := range order(len(o.counts)) {
-		s := b.shims[k]
-		m, err := b.groupMarginal(ctx, s, o)
-		if err != nil {
-			return nil, fmt.Errorf("memory, group of %d, %s shim: %w", o.group, s.name, err)
+	var totals [2]map[int][]float64 // PSS summed over the shims, per count, for the chart
+	totals[0], totals[1] = map[int][]float64{}, map[int][]float64{}
+	turn := 0
+	for r := range o.memRounds {
+		for i, n := range o.counts {
+			for _, k := range order(turn) {
+				m, err := b.oneShimEach(ctx, b.shims[k], n, o.settle)
+				if err != nil {
+					return nil, fmt.Errorf("memory round %d, %d containers, %s shim: %w", r, n, b.shims[k].name, err)
+				}
+				fmt.Fprintf(log, "bench: %s: %d containers: PSS %.1f MiB, RSS %.1f MiB, %d threads, %s shim\n",
+					b.name, n, m.pss, m.rss, m.threads, b.shims[k].name)
+				totals[k][n] = append(totals[k][n], m.pss)
+				*pick(&rows[3*i], k) = append(*pick(&rows[3*i], k), m.pss/float64(n))
+				*pick(&rows[3*i+1], k) = append(*pick(&rows[3*i+1], k), m.rss/float64(n))
+				*pick(&rows[3*i+2], k) = append(*pick(&rows[3*i+2], k), float64(m.threads)/float64(n))
+			}
+			turn++
 		}
-		fmt.Fprintf(log, "bench: %s: group of %d: %.2f MiB PSS per added container, %s shim\n", b.name, o.group, m, s.name)
-		*pick(&marginal, k) = []float64{m}
+		for _, k := range order(turn) {
+			s := b.shims[k]
+			m, err := b.groupMarginal(ctx, s, o)
+			if err != nil {
+				return nil, fmt.Errorf("memory round %d, group of %d, %s shim: %w", r, o.group, s.name, err)
+			}
+			fmt.Fprintf(log, "bench: %s: group of %d: %.2f MiB PSS per added container, %s shim\n", b.name, o.group, m, s.name)
+			*pick(&marginal, k) = append(*pick(&marginal, k), m)
+		}
+		turn++
+	}
+	for k := range totals {
+		for n, xs := range totals[k] {
+			g.pss[k][n] = median(xs)
+		}
 	}
 	return append(rows, marginal), nil
+}
+
+// oneShimEach starts n containers, one shim each, reads the shims' memory, and removes them.
+func (b *bench) oneShimEach(ctx context.Context, s shim, n int, settle time.Duration) (shimMem, error) {
+	ids := make([]string, n)
+	for j := range ids {
+		ids[j] = b.id("m" + s.name[:1])
+	}
+	err := parallel(n, 4, func(j int) error {
+		_, err := b.startDetached(ctx, s, ids[j])
+		return err
+	})
+	var m shimMem
+	if err == nil {
+		m, err = b.readMemory(ctx, s, settle, n)
+	}
+	if rerr := b.remove(ctx, ids...); err == nil {
+		err = rerr
+	}
+	if err == nil {
+		err = b.waitNoShims(ctx)
+	}
+	return m, err
 }
 
 // pick is r's samples of shim k.

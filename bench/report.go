@@ -79,9 +79,9 @@ func (res *results) markdown(o options) string {
 	if unix.Uname(&uts) == nil {
 		kernel = unix.ByteSliceToString(uts.Release[:])
 	}
-	fmt.Fprintf(&b, "Linux %s, %d CPUs, %s; %d latency samples and %d bursts per shim, taking turns; "+
+	fmt.Fprintf(&b, "Linux %s, %d CPUs, %s; %d latency samples, %d bursts and %d memory readings per shim, taking turns; "+
 		"memory read %v after the last start; took %v.\n", kernel, runtime.NumCPU(), runtime.Version(),
-		o.rounds, o.bursts, o.settle, res.took)
+		o.rounds, o.bursts, o.memRounds, o.settle, res.took)
 	fmt.Fprintf(&b, "final: `%s`. The ratio is final/reference of the medians; the target is the highest ratio accepted.\n",
 		filepath.Base(o.shim))
 	for _, g := range res.gens {
@@ -94,7 +94,7 @@ func (res *results) markdown(o options) string {
 			}
 			q := "—"
 			if median(r.ref) > 0 {
-				q = fmt.Sprintf("%.2f", r.ratio())
+				q = fmt.Sprintf("%.3f", r.ratio())
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.metric, r.unit,
 				format(median(r.final), r.unit), format(p90(r.final), r.unit),
