@@ -40,6 +40,8 @@ type bench struct {
 	shims   [2]shim // final, reference
 	conn    *grpc.ClientConn
 	tasks   tasks.TasksClient
+	// runcRoots hold the runc state of either shim's containers, one directory per namespace.
+	runcRoots []string
 
 	mu   sync.Mutex
 	next int // for container ids; guarded by mu
@@ -110,13 +112,13 @@ func startBench(o options, gen, work, rootfs string) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{c: c, rootfs: rootfs, fifoDir: filepath.Join(cfg.Dir, "fifo")}
+	b := &bench{c: c, rootfs: rootfs, fifoDir: filepath.Join(cfg.Dir, "fifo"), runcRoots: []string{cfg.RuncRoot, filepath.Join(work, "runc-ref")}}
 	b.shims = [2]shim{
 		{name: "final", binary: finalCopy, origin: o.shim, flags: []string{"--runtime", finalCopy}},
 		// The runtime name, not a path: ctr hands runc options (here, a runc root of the run's
 		// own) only to io.containerd.runc.v2, and containerd finds its binary in PATH, which
 		// starts with the copy's directory. Which binary ran is checked on every shim.
-		{name: "reference", binary: refCopy, origin: ref, flags: []string{"--runtime", "io.containerd.runc.v2", "--runc-root", filepath.Join(work, "runc-ref")}},
+		{name: "reference", binary: refCopy, origin: ref, flags: []string{"--runtime", "io.containerd.runc.v2", "--runc-root", b.runcRoots[1]}},
 	}
 	b.conn, err = grpc.NewClient("unix://"+c.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -153,6 +155,17 @@ func (b *bench) stop() {
 	}
 	b.conn.Close()
 	b.c.Stop()
+	// A container whose delete failed outlives its shim, which Stop killed: runc removes it.
+	for _, root := range b.runcRoots {
+		dir := filepath.Join(root, b.c.Namespace)
+		out, err := exec.CommandContext(ctx, "runc", "--root", dir, "list", "-q").Output()
+		if err != nil {
+			continue // no state directory: nothing ran there
+		}
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.CommandContext(ctx, "runc", "--root", dir, "delete", "--force", id).Run()
+		}
+	}
 }
 
 // id is a fresh container id.
