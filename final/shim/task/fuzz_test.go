@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -137,9 +138,12 @@ type harness struct {
 	liveStdin string
 	// own are the process's descriptors (the test framework's among them), which must outlive
 	// every input: code that closes a descriptor twice closes whatever reused its number.
-	own    map[int][2]uint64
-	svc    *task.Service
-	client taskapi.TTRPCTaskService
+	own map[int][2]uint64
+	// baseGoroutines and baseFDs are the counts after the first input, which takes in the
+	// lazy allocations (runc's log, the cgroup handles); 0 until then.
+	baseGoroutines, baseFDs int
+	svc                     *task.Service
+	client                  taskapi.TTRPCTaskService
 	// made are the processes inputs created, removed after each input: [id, execID].
 	made [][2]string
 	// shutdowns counts calls of the service's Shutdown hook, which ends a real shim.
@@ -570,10 +574,6 @@ func FuzzTaskService(f *testing.F) {
 	add("Connect", &taskapi.ConnectRequest{ID: live})
 	add("Shutdown", &taskapi.ShutdownRequest{ID: live, Now: true})
 
-	// The floor the counts must come back to after each input; the first input's lazy
-	// allocations (runc's log, the cgroup handle) are taken in by measuring after one.
-	baseGoroutines, baseFDs := -1, -1
-
 	f.Fuzz(func(t *testing.T, which uint8, payload []byte) {
 		r := rpcs[int(which)%len(rpcs)]
 		req := r.req()
@@ -582,83 +582,173 @@ func FuzzTaskService(f *testing.F) {
 		}
 		h.sanitize(req)
 		h.ensureLive(t)
-		livePid := func() uint32 {
-			st, err := h.svc.State(context.Background(), &taskapi.StateRequest{ID: live})
-			if err != nil {
-				return 0
-			}
-			return st.Pid
-		}
-		before := livePid()
-
-		timeout := 30 * time.Second
-		if r.name == "Wait" {
-			timeout = 200 * time.Millisecond // a live process does not exit for Wait
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		err := r.call(ctx, h.client, req)
-		expired := ctx.Err() != nil
-		cancel()
-		code := driver.Code(err)
-		switch {
-		case r.name == "Wait" && (expired || code == codes.DeadlineExceeded):
-			// The server's copy of the deadline may expire first.
-		case expired:
-			t.Fatalf("%s %v: no answer in %v", r.name, req, timeout)
-		case !slices.Contains(allowed, code):
-			t.Fatalf("%s %v: %v (%v), want a reply or one of %v", r.name, req, code, err, allowed)
-		case err != nil && (driver.Message(err) == "" || len(driver.Message(err)) > 64<<10):
-			t.Fatalf("%s %v: a %d-byte message", r.name, req, len(driver.Message(err)))
-		}
-		if err == nil {
-			switch m := req.(type) {
-			case *taskapi.CreateTaskRequest:
-				h.made = append(h.made, [2]string{m.ID, ""})
-			case *taskapi.ExecProcessRequest:
-				h.made = append(h.made, [2]string{m.ID, m.ExecID})
-			}
-		}
-		// Only an input that names the live container may change it.
-		if id := idOf(req); id != live {
-			if after := livePid(); after != before {
-				t.Fatalf("%s of %q changed the live container: pid %d, then %d", r.name, id, before, after)
-			}
-		}
-		h.mu.Lock()
-		shutdowns := h.shutdowns
-		h.mu.Unlock()
-		if shutdowns > 0 && h.svc.Containers() > 0 {
-			t.Fatalf("%s %v: Shutdown ended the shim with %d containers", r.name, req, h.svc.Containers())
-		}
-
-		h.removeMade(t)
-		h.ensureLive(t)
-		if left := h.runcState(); !slices.Equal(left, []string{live}) {
-			t.Fatalf("%s %v: runc state %v, want only %s", r.name, req, left, live)
-		}
-		if m, _ := driver.MountsUnder(h.dir); len(m) > 0 {
-			t.Fatalf("%s %v: mounts left: %v", r.name, req, m)
-		}
-		now := fdIdentities()
-		for fd, id := range h.own {
-			if now[fd] != id {
-				t.Fatalf("%s %v: fd %d was closed under its owner (now %v, was %v)", r.name, req, fd, now[fd], id)
-			}
-		}
-		if baseGoroutines < 0 {
-			baseGoroutines, baseFDs = runtime.NumGoroutine(), openFDs()
-			return
-		}
-		// Output copies and exits settle shortly after the processes are gone.
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > baseGoroutines+8 || openFDs() > baseFDs+8 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s %v: %d goroutines and %d fds, from %d and %d; fds on %v", r.name, req,
-					runtime.NumGoroutine(), openFDs(), baseGoroutines, baseFDs, fdTargets())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		h.send(t, r, req)
+		h.settle(t, fmt.Sprintf("%s %v", r.name, req))
 	})
+}
+
+// FuzzTaskSequence is FuzzTaskService for a few calls in a row, so that a process an input
+// made can be started, signalled, paused or deleted by the next call of the same input. Each
+// call is a method byte, a length byte and that many bytes of request.
+func FuzzTaskSequence(f *testing.F) {
+	h := newHarness(f)
+	seq := func(calls ...proto.Message) []byte {
+		var data []byte
+		for _, m := range calls {
+			name := strings.TrimSuffix(strings.TrimSuffix(string(m.ProtoReflect().Descriptor().Name()), "Request"), "Task")
+			if name == "ExecProcess" {
+				name = "Exec"
+			}
+			i := slices.IndexFunc(rpcs, func(r rpc) bool { return r.name == name })
+			if i < 0 {
+				f.Fatalf("no method for %s", name)
+			}
+			body, err := proto.Marshal(m)
+			if err != nil || len(body) > 255 {
+				f.Fatalf("seed %v: %d bytes, %v", m, len(body), err)
+			}
+			data = append(append(data, byte(i), byte(len(body))), body...)
+		}
+		return data
+	}
+	spec := func(args ...string) *anypb.Any {
+		data, _ := json.Marshal(specs.Process{Args: args, Cwd: "/"})
+		return &anypb.Any{TypeUrl: "types.containerd.io/opencontainers/runtime-spec/1/Process", Value: data}
+	}
+	f.Add(seq(
+		&taskapi.CreateTaskRequest{ID: "c", Bundle: "/spare"}, &taskapi.StartRequest{ID: "c"},
+		&taskapi.PauseRequest{ID: "c"}, &taskapi.KillRequest{ID: "c", Signal: 9, All: true},
+		&taskapi.ResumeRequest{ID: "c"}, &taskapi.WaitRequest{ID: "c"}, &taskapi.DeleteRequest{ID: "c"},
+	))
+	f.Add(seq(
+		&taskapi.CreateTaskRequest{ID: "c", Bundle: "/spare"}, &taskapi.DeleteRequest{ID: "c"},
+		&taskapi.CreateTaskRequest{ID: "c", Bundle: "/spare"}, &taskapi.StartRequest{ID: "c"},
+	))
+	f.Add(seq(
+		&taskapi.ExecProcessRequest{ID: live, ExecID: "e", Spec: spec("sleep", "5")},
+		&taskapi.StartRequest{ID: live, ExecID: "e"}, &taskapi.PidsRequest{ID: live},
+		&taskapi.KillRequest{ID: live, ExecID: "e", Signal: 15}, &taskapi.WaitRequest{ID: live, ExecID: "e"},
+		&taskapi.DeleteRequest{ID: live, ExecID: "e"}, &taskapi.DeleteRequest{ID: live, ExecID: "e"},
+	))
+	f.Add(seq(
+		&taskapi.ExecProcessRequest{ID: live, ExecID: "e", Spec: spec("true")},
+		&taskapi.StartRequest{ID: live, ExecID: "e"}, &taskapi.StartRequest{ID: live, ExecID: "e"},
+		&taskapi.KillRequest{ID: live, Signal: 9}, &taskapi.DeleteRequest{ID: live},
+		&taskapi.ShutdownRequest{},
+	))
+	f.Add(seq(
+		&taskapi.PauseRequest{ID: live}, &taskapi.ExecProcessRequest{ID: live, ExecID: "p", Spec: spec("true")},
+		&taskapi.UpdateTaskRequest{ID: live, Resources: &anypb.Any{Value: []byte(`{"cpu":{"shares":512}}`)}},
+		&taskapi.StatsRequest{ID: live}, &taskapi.ResumeRequest{ID: live},
+	))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h.ensureLive(t)
+		var done []string
+		for calls := 0; len(data) >= 2 && calls < 8; calls++ {
+			r := rpcs[int(data[0])%len(rpcs)]
+			n := min(int(data[1]), len(data)-2)
+			body := data[2 : 2+n]
+			data = data[2+n:]
+			req := r.req()
+			if proto.Unmarshal(body, req) != nil {
+				continue
+			}
+			h.sanitize(req)
+			h.send(t, r, req)
+			done = append(done, fmt.Sprintf("%s %v", r.name, req))
+		}
+		h.settle(t, strings.Join(done, "; "))
+	})
+}
+
+// send makes one call and checks its answer: a reply or an allowed code, within its time, and
+// the live container untouched unless the request named it.
+func (h *harness) send(t *testing.T, r rpc, req proto.Message) {
+	t.Helper()
+	livePid := func() uint32 {
+		st, err := h.svc.State(context.Background(), &taskapi.StateRequest{ID: live})
+		if err != nil {
+			return 0
+		}
+		return st.Pid
+	}
+	before := livePid()
+	h.mu.Lock()
+	shutdowns := h.shutdowns
+	h.mu.Unlock()
+	timeout := 30 * time.Second
+	if r.name == "Wait" {
+		timeout = 200 * time.Millisecond // a live process does not exit for Wait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := r.call(ctx, h.client, req)
+	expired := ctx.Err() != nil
+	cancel()
+	code := driver.Code(err)
+	switch {
+	case r.name == "Wait" && (expired || code == codes.DeadlineExceeded):
+		// The server's copy of the deadline may expire first.
+	case expired:
+		t.Fatalf("%s %v: no answer in %v", r.name, req, timeout)
+	case !slices.Contains(allowed, code):
+		t.Fatalf("%s %v: %v (%v), want a reply or one of %v", r.name, req, code, err, allowed)
+	case err != nil && (driver.Message(err) == "" || len(driver.Message(err)) > 64<<10):
+		t.Fatalf("%s %v: a %d-byte message", r.name, req, len(driver.Message(err)))
+	}
+	if err == nil {
+		switch m := req.(type) {
+		case *taskapi.CreateTaskRequest:
+			h.made = append(h.made, [2]string{m.ID, ""})
+		case *taskapi.ExecProcessRequest:
+			h.made = append(h.made, [2]string{m.ID, m.ExecID})
+		}
+	}
+	// Only a request that names the live container may change it.
+	if id := idOf(req); id != live && before != 0 {
+		if after := livePid(); after != before {
+			t.Fatalf("%s of %q changed the live container: pid %d, then %d", r.name, id, before, after)
+		}
+	}
+	h.mu.Lock()
+	ended := h.shutdowns > shutdowns
+	h.mu.Unlock()
+	if ended && h.svc.Containers() > 0 {
+		t.Fatalf("%s %v: Shutdown ended the shim with %d containers", r.name, req, h.svc.Containers())
+	}
+}
+
+// settle removes what the input made and checks that nothing is left: no runc state but the
+// live container's, no mount, no descriptor of the process closed under it, and, once the
+// first input has set the floor, no goroutine or descriptor more than a few above it.
+func (h *harness) settle(t *testing.T, what string) {
+	t.Helper()
+	h.removeMade(t)
+	h.ensureLive(t)
+	if left := h.runcState(); !slices.Equal(left, []string{live}) {
+		t.Fatalf("%s: runc state %v, want only %s", what, left, live)
+	}
+	if m, _ := driver.MountsUnder(h.dir); len(m) > 0 {
+		t.Fatalf("%s: mounts left: %v", what, m)
+	}
+	now := fdIdentities()
+	for fd, id := range h.own {
+		if now[fd] != id {
+			t.Fatalf("%s: fd %d was closed under its owner (now %v, was %v)", what, fd, now[fd], id)
+		}
+	}
+	if h.baseGoroutines == 0 {
+		h.baseGoroutines, h.baseFDs = runtime.NumGoroutine(), openFDs()
+		return
+	}
+	// Output copies and exits settle shortly after the processes are gone.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > h.baseGoroutines+8 || openFDs() > h.baseFDs+8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d goroutines and %d fds, from %d and %d; fds on %v", what,
+				runtime.NumGoroutine(), openFDs(), h.baseGoroutines, h.baseFDs, fdTargets())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // idOf is the task id a request names.
