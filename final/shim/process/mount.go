@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,15 +63,22 @@ func mount(m *types.Mount, target string) error {
 			continue
 		}
 		if strings.ContainsAny(o, "\x00") {
-			return fmt.Errorf("mount option %q: NUL byte", o)
+			return fmt.Errorf("mount option %q: NUL byte: %w", o, errdefs.ErrInvalidArgument)
 		}
 		data = append(data, o)
 	}
 	if m.Type == "" && flags&unix.MS_BIND == 0 {
-		return fmt.Errorf("mount of %q has no type", m.Source)
+		return fmt.Errorf("mount of %q has no type: %w", m.Source, errdefs.ErrInvalidArgument)
 	}
 	err := unix.Mount(m.Source, target, m.Type, flags&^unix.MS_RDONLY, strings.Join(data, ","))
 	if err != nil {
+		// What the kernel says of a request it cannot make sense of (an option, a type, a
+		// source) is the request's fault; anything else is the host's.
+		for _, bad := range []error{unix.EINVAL, unix.ENODEV, unix.ENOENT, unix.ENOTDIR, unix.ENOTBLK} {
+			if errors.Is(err, bad) {
+				return fmt.Errorf("mount %s (%s) on %s: %v: %w", m.Source, m.Type, target, err, errdefs.ErrInvalidArgument)
+			}
+		}
 		return fmt.Errorf("mount %s (%s) on %s: %w", m.Source, m.Type, target, err)
 	}
 	// A bind mount ignores MS_RDONLY on the first call; read-only takes a remount.

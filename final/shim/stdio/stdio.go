@@ -73,21 +73,21 @@ func Open(cfg Config, id, namespace string, uid, gid int, monitor runc.ProcessMo
 	}
 	u, err := url.Parse(cfg.Stdout)
 	if err != nil {
-		return nil, fmt.Errorf("stdout %q: %w", cfg.Stdout, err)
+		return nil, fmt.Errorf("stdout %q: %v: %w", cfg.Stdout, err, errdefs.ErrInvalidArgument)
 	}
 	switch u.Scheme {
 	case "", "fifo":
 		return openCopied(cfg, uid, gid, outputFIFO)
 	case "file":
 		if u.Path == "" || !filepath.IsAbs(u.Path) {
-			return nil, fmt.Errorf("stdout %q: a file:// URI needs an absolute path", cfg.Stdout)
+			return nil, fmt.Errorf("stdout %q: a file:// URI needs an absolute path: %w", cfg.Stdout, errdefs.ErrInvalidArgument)
 		}
 		cfg.Stdout, cfg.Stderr = u.Path, u.Path
 		return openCopied(cfg, uid, gid, outputFile)
 	case "binary":
 		return openBinary(cfg, u, id, namespace, monitor)
 	}
-	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file or binary)", cfg.Stdout, u.Scheme)
+	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file or binary): %w", cfg.Stdout, u.Scheme, errdefs.ErrInvalidArgument)
 }
 
 // CheckFIFO refuses a stdio path that is not a FIFO itself: a regular file, a directory, a

@@ -475,7 +475,7 @@ func scrubOptions(a *anypb.Any) *anypb.Any {
 }
 
 // allowed are the codes a refusal may carry: errdefs' classes, and Unknown for what runc
-// itself reported.
+// itself reported (a message that begins "runc ").
 var allowed = []codes.Code{
 	codes.OK, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
 	codes.Unknown,
@@ -692,6 +692,8 @@ func (h *harness) send(t *testing.T, r rpc, req proto.Message) {
 		t.Fatalf("%s %v: no answer in %v", r.name, req, timeout)
 	case !slices.Contains(allowed, code):
 		t.Fatalf("%s %v: %v (%v), want a reply or one of %v", r.name, req, code, err, allowed)
+	case code == codes.Unknown && !strings.HasPrefix(driver.Message(err), "runc "):
+		t.Fatalf("%s %v: %v; Unknown is for runc's own failures, the request's fault is InvalidArgument", r.name, req, err)
 	case err != nil && (driver.Message(err) == "" || len(driver.Message(err)) > 64<<10):
 		t.Fatalf("%s %v: a %d-byte message", r.name, req, len(driver.Message(err)))
 	}
