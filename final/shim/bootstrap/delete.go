@@ -81,6 +81,11 @@ func removeStaleSocket(bundle string) {
 	if !ok || !filepath.IsAbs(path) {
 		return
 	}
+	// Only a socket: connecting to any other file is refused too, and the address file is no
+	// licence to remove whatever it names.
+	if st, err := os.Lstat(path); err != nil || st.Mode().Type() != os.ModeSocket {
+		return
+	}
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
 		conn.Close()

@@ -178,3 +178,25 @@ func TestTaskFilesNotWrittenThroughSymlinks(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteRemovesOnlySockets: the delete action removes the socket the bundle's address file
+// names when nobody listens on it. An address file naming any other file (connecting to which
+// is refused just the same) must not make root remove that file.
+func TestDeleteRemovesOnlySockets(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	victim := filepath.Join(testkit.TempDir(t), "victim")
+	if err := os.WriteFile(victim, []byte("victim"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "address"), []byte("unix://"+victim), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run(nil, nil, c.args("gone", "delete")...)
+	if r.Code != 0 {
+		t.Fatalf("delete: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	if data, err := os.ReadFile(victim); err != nil || string(data) != "victim" {
+		t.Errorf("the file the address named is gone or changed: %q, %v", data, err)
+	}
+}
