@@ -85,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&gens, "containerd", "1.6,2", "containerd generations to run: 1.6, 2, or both")
 	fs.StringVar(&counts, "counts", "1,10,50", "containers for the memory rows, one shim each")
 	fs.IntVar(&o.group, "group", 10, "containers sharing one shim (at least 2)")
-	fs.IntVar(&o.memRounds, "mem-rounds", 3, "readings of every memory row, per shim")
+	fs.IntVar(&o.memRounds, "mem-rounds", 2, "readings of every memory row, per shim")
 	fs.IntVar(&o.rounds, "rounds", 25, "samples of each latency, per shim")
 	fs.IntVar(&o.bursts, "bursts", 5, "samples of the parallel start, per shim")
 	fs.IntVar(&o.burstSize, "burst-size", 20, "containers started at once in a burst")
