@@ -342,7 +342,12 @@ func (p *Pipes) CloseStdin() error {
 	if p.stdinW == nil {
 		return nil
 	}
-	return p.stdinW.Close()
+	// Closed already when the writer of the FIFO closed its end, or by an earlier CloseIO:
+	// stdin is closed, which is what was asked.
+	if err := p.stdinW.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
 }
 
 // Close closes the pipes and what they were copied to, which ends every copy, and stops the

@@ -641,6 +641,8 @@ func FuzzTaskSequence(f *testing.F) {
 		&taskapi.UpdateTaskRequest{ID: live, Resources: &anypb.Any{Value: []byte(`{"cpu":{"shares":512}}`)}},
 		&taskapi.StatsRequest{ID: live}, &taskapi.ResumeRequest{ID: live},
 	))
+	// Closing stdin twice: the second once failed with "file already closed".
+	f.Add(seq(&taskapi.CloseIORequest{ID: live, Stdin: true}, &taskapi.CloseIORequest{ID: live, Stdin: true}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h.ensureLive(t)
 		var done []string
