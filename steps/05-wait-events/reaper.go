@@ -147,6 +147,9 @@ func (r *reaper) Wait(c *exec.Cmd, ec chan runc.Exit) (int, error) {
 	// The process is already reaped, so cmd.Wait's own wait fails (ECHILD); it is called to
 	// finish copying the command's output and release its pipes.
 	_ = c.Wait()
+	// A failed Wait keeps the process's pidfd open until the garbage collector finds it: one fd
+	// per runc call would pile up in a shim that runs for long.
+	_ = c.Process.Release()
 	return e.Status, nil
 }
 
