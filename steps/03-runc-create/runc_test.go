@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,25 @@ func TestStdinReachesTheContainer(t *testing.T) {
 	k.WaitOutput(20 * time.Second)
 	if got := k.Stdout.String(); got != "got hello\n" {
 		t.Errorf("stdout = %q, want %q", got, "got hello\n")
+	}
+}
+
+// A process with stdin alone has no output pipes. Create must return while the container waits
+// to be started: go-runc would otherwise read runc's output through a pipe the container inherits,
+// and runc create would return only when the container is gone.
+func TestCreateWithStdinOnly(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "stdin-only", testkit.TaskOptions{Args: []string{"sleep", "100"}, Stdin: "unread\n"})
+	r := k.CreateRequest()
+	r.Stdout, r.Stderr = "", ""
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := k.Conn.Task.Create(ctx, r); err != nil {
+		t.Fatalf("Create with stdin only: %v", err)
+	}
+	if st := k.State(); st.Status != task.Status_CREATED {
+		t.Errorf("State = %v, want CREATED", st.Status)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +25,8 @@ type stdio struct {
 	runc.IO                // the pipes runc hands the container
 	wg      sync.WaitGroup // output copies; done when the container side of each pipe closed
 	fifos   []io.Closer
-	stdin   string // path, to release an open that waits for a writer
+	stdin   string   // path, to release an open that waits for a writer
+	devNull *os.File // stdout and stderr of a process that has only stdin
 }
 
 // newStdio creates the pipes for a process and starts copying between them and the FIFOs at
@@ -52,6 +54,12 @@ func newStdio(stdinPath, stdoutPath, stderrPath string) (*stdio, error) {
 		return nil, fmt.Errorf("create pipes: %w", err)
 	}
 	s.IO = pio
+	if stdoutPath == "" && stderrPath == "" {
+		if s.devNull, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+		}
+	}
 	for _, out := range []struct {
 		path string
 		r    io.Reader
@@ -100,6 +108,16 @@ func newStdio(stdinPath, stdoutPath, stderrPath string) (*stdio, error) {
 	return s, nil
 }
 
+// Set hands runc the container's ends of the pipes. With stdin alone, go-runc would read runc's
+// own output through a pipe the container inherits, and runc create would return only when the
+// container is gone: /dev/null stands in for the outputs.
+func (s *stdio) Set(cmd *exec.Cmd) {
+	s.IO.Set(cmd)
+	if s.devNull != nil {
+		cmd.Stdout, cmd.Stderr = s.devNull, s.devNull
+	}
+}
+
 // CloseAfterStart closes the shim's copies of the pipe ends runc handed to the container. go-runc
 // calls it once runc has started; without it the shim itself would keep every output pipe open
 // and the FIFO readers would never see EOF.
@@ -126,6 +144,9 @@ func (s *stdio) Close() error {
 		if fd, err := unix.Open(s.stdin, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
 			unix.Close(fd)
 		}
+	}
+	if s.devNull != nil {
+		s.devNull.Close()
 	}
 	if s.IO != nil {
 		return s.IO.Close()
