@@ -146,6 +146,14 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	defer func() {
 		s.mu.Lock()
 		delete(s.creating, r.ID)
+		// A Create whose caller went away (containerd killed mid-call) has been undone. If that
+		// leaves this shim nothing to serve, nobody may ever ask it to go: containerd 1.6 does
+		// not end a task-less shim it finds after a restart. It goes by itself, and a restarted
+		// containerd cleans up after it as after any dead shim.
+		if ctx.Err() != nil && len(s.containers) == 0 && len(s.creating) == 0 {
+			s.cfg.Log.Info("create abandoned by its caller; no task left, shutting down", "id", r.ID)
+			s.cfg.Shutdown()
+		}
 		s.mu.Unlock()
 	}()
 
