@@ -149,8 +149,10 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		// A Create whose caller went away (containerd killed mid-call) has been undone. If that
 		// leaves this shim nothing to serve, nobody may ever ask it to go: containerd 1.6 does
 		// not end a task-less shim it finds after a restart. It goes by itself, and a restarted
-		// containerd cleans up after it as after any dead shim.
-		if ctx.Err() != nil && len(s.containers) == 0 && len(s.creating) == 0 {
+		// containerd cleans up after it as after any dead shim. Canceled, not a deadline: ttrpc
+		// cancels a request only when its connection closes, while a caller whose deadline
+		// passed is still there to retry or ask for Shutdown.
+		if errors.Is(ctx.Err(), context.Canceled) && len(s.containers) == 0 && len(s.creating) == 0 {
 			s.cfg.Log.Info("create abandoned by its caller; no task left, shutting down", "id", r.ID)
 			s.cfg.Shutdown()
 		}
