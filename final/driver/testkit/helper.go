@@ -45,6 +45,8 @@ func runHelper() (int, bool) {
 
 func init() {
 	// ttrpc-connect ADDRESS: calls Connect on the shim at ADDRESS and prints the shim's pid.
+	// Exit 1: connected, and the call was refused; 3: could not connect at all (file
+	// permissions), so that a test of the peer-credential check can tell the two apart.
 	RegisterHelper("ttrpc-connect", func(args []string) int {
 		if len(args) != 1 {
 			fmt.Fprintln(os.Stderr, "usage: ttrpc-connect ADDRESS")
@@ -55,7 +57,7 @@ func init() {
 		conn, err := driver.Dial(ctx, args[0])
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return 3
 		}
 		defer conn.Close()
 		resp, err := conn.Task.Connect(ctx, &taskapi.ConnectRequest{})
