@@ -26,7 +26,9 @@ flock 9
 # Built as containerd's Makefile builds a release: stripped (-s -w), and the shim without cgo
 # (SHIM_CGO_ENABLED ?= 0), so that the benchmark compares the final shim with the reference shim
 # operators actually run, not a larger debug build of it.
-cgo_of() { [[ $1 == containerd-shim-runc-v2 ]] && echo 0 || echo 1; }
+# containerd and ctr take go build's default, which is without cgo where no C compiler is
+# installed (Debian's base system has none).
+cgo_of() { [[ $1 == containerd-shim-runc-v2 ]] && echo 0 || go env CGO_ENABLED; }
 flags_of() { echo "CGO_ENABLED=$(cgo_of "$1") -tags urfave_cli_no_docs -ldflags=-s -w"; }
 
 # A binary counts as built only with the flags it was built with recorded beside it and equal to
