@@ -198,7 +198,7 @@ func (f *shimctlFault) afterStart() {
 		return
 	}
 	f.expectLs("RUNNING", "-")
-	if row := f.lsRow(); row[0] != fmt.Sprint(shim) || row[1] != fmt.Sprint(pid) {
+	if row := f.lsRow(); len(row) < 2 || row[0] != fmt.Sprint(shim) || row[1] != fmt.Sprint(pid) {
 		f.s.t.Errorf("ls shows shim %s, init %s; want %d, %d", row[0], row[1], shim, pid)
 	}
 	f.finish(pid, shim)

@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -126,9 +128,12 @@ if [ -n "$sub" ] && [ -f "$dir/$sub" ]; then
 			printf '{"level":"error","msg":"%%s","time":"%%s"}\n' "$msg" "$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)" >> "$log"
 		fi
 		exit 1;;
-	hang) exec sleep 3600;;
+	hang) echo $$ >> "$dir/hung"; exec sleep 3600;;
 	die) kill -9 $$;;
-	block) while [ -f "$dir/$sub" ]; do sleep 0.02; done;;
+	block)
+		while [ -f "$dir/$sub" ]; do sleep 0.02; done
+		# Released by the test's end rather than by Clear: nobody waits for this runc.
+		[ -d "$dir" ] || exit 1;;
 	esac
 fi
 exec runc "$@"
@@ -146,6 +151,20 @@ func NewFaultyRunc(t testing.TB) *FaultyRunc {
 	if err := os.WriteFile(f.Path, []byte(fmt.Sprintf(faultyScript, f.dir)), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A hung runc is the shim's to kill; one the shim failed to kill must not outlive the test.
+	// Registered after TempDir, so it runs before the directory goes.
+	t.Cleanup(func() {
+		data, _ := os.ReadFile(filepath.Join(f.dir, "hung"))
+		for _, field := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(field)
+			if err != nil {
+				continue
+			}
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), "sleep\x003600") {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	return f
 }
 

@@ -25,7 +25,7 @@ const rpcDeadline = 2 * time.Second
 
 // replyGrace is how much later than its deadline a reply may come: the shim's own reply and
 // the cleanup of what runc left take a moment.
-const replyGrace = 3 * time.Second
+const replyGrace = 10 * time.Second
 
 // TestRuncFailures runs a container whose runc fails (exits 1), hangs or is killed at create,
 // start, exec, kill and delete. Each time the RPC returns an error within its deadline, the
