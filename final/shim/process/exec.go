@@ -4,6 +4,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -122,7 +123,14 @@ func (e *Exec) Kill(ctx context.Context, signal uint32) error {
 	// the two: containerd's runc shim has the same window. A pidfd held from the start would
 	// close it; runc exec gives only the pid.
 	if err := unix.Kill(e.pid, unix.Signal(signal)); err != nil {
-		return fmt.Errorf("kill exec %s: %w", e.id, errdefs.ErrNotFound)
+		// Only a process that is gone is NotFound: callers read it as "stop trying".
+		switch {
+		case errors.Is(err, unix.ESRCH):
+			return fmt.Errorf("kill exec %s: %v: %w", e.id, err, errdefs.ErrNotFound)
+		case errors.Is(err, unix.EINVAL):
+			return fmt.Errorf("kill exec %s with signal %d: %v: %w", e.id, signal, err, errdefs.ErrInvalidArgument)
+		}
+		return fmt.Errorf("kill exec %s: %w", e.id, err)
 	}
 	return nil
 }

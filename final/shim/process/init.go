@@ -320,9 +320,11 @@ func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
 // killError is NotFound only when runc says there is nothing left to signal: callers take
 // NotFound from Kill for "already gone" and stop trying, so a runc that failed, hung or was
 // killed must not be reported that way (containerd's checkKillError draws the same line).
+// Only this call's own output decides: log.json holds the errors of every earlier runc call
+// too, and an old "container not running" must not speak for a runc that died silently.
 func (p *Init) killError(err error) error {
 	rerr := p.runtimeError(err, "kill")
-	msg := strings.ToLower(rerr.Error() + " " + err.Error())
+	msg := strings.ToLower(err.Error())
 	for _, gone := range []string{"container not running", "does not exist", "no such process", "process already finished"} {
 		if strings.Contains(msg, gone) {
 			return fmt.Errorf("%w: %w", rerr, errdefs.ErrNotFound)
