@@ -18,7 +18,8 @@ import (
 
 // Notify is called, from the watcher's goroutine, when the kernel may have OOM-killed in the
 // cgroup of id. It reports whether it found a kill it had not seen, or has nothing more to
-// learn (id is gone); false asks to be called again shortly.
+// learn (id is gone); false asks, for a v1 cgroup, to be called again shortly (v2 counts the
+// kill before it changes memory.events, so one call is enough).
 type Notify func(id string) bool
 
 // retries are the delays between further calls of Notify after a v1 notification found no
@@ -319,6 +320,15 @@ func (w *Watcher) readInotify() []string {
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			off += unix.SizeofInotifyEvent + int(ev.Len)
+			if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+				// Events were lost, and which cgroups they were for with them: look at all.
+				w.mu.Lock()
+				for _, id := range w.byWD {
+					ids = append(ids, id)
+				}
+				w.mu.Unlock()
+				continue
+			}
 			w.mu.Lock()
 			id, ok := w.byWD[ev.Wd]
 			if ok && ev.Mask&unix.IN_IGNORED != 0 {

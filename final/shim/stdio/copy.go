@@ -24,9 +24,9 @@ var copyBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
-// copyWhenReady copies src to dst until src ends or fails. A src whose descriptor is in the
-// runtime's poller (os.Pipe's ends, a FIFO opened by os.OpenFile) is waited on without a buffer;
-// any other src is copied with io.Copy.
+// copyWhenReady copies src to dst until src ends or fails. A src with a raw descriptor
+// (syscall.Conn: any *os.File, pipes and FIFOs here) is waited on without a buffer, and one is
+// taken from the pool only for each read; a src without one is copied with io.Copy.
 func copyWhenReady(dst io.Writer, src io.Reader) error {
 	sc, ok := src.(syscall.Conn)
 	if !ok {

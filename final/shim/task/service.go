@@ -180,6 +180,13 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	if err := process.SaveOptions(r.Bundle, opts); err != nil {
 		s.cfg.Log.Warn("record runtime options", "id", r.ID, "err", err)
 	}
+	// Without the watch, a kill that spares the init is never reported. Added before the
+	// container can be seen: a Delete that came first would otherwise leave the watch behind.
+	if m, ok := p.MemoryCgroup(); ok && s.cfg.OOM != nil {
+		if err := s.cfg.OOM.Add(r.ID, m); err != nil {
+			s.cfg.Log.Warn("watch for oom", "id", r.ID, "err", err)
+		}
+	}
 	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
 	s.mu.Lock()
 	s.containers[r.ID] = c
@@ -191,12 +198,6 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
 	})
 	s.mu.Unlock()
-	if m, ok := p.MemoryCgroup(); ok && s.cfg.OOM != nil {
-		// Without the watch, a kill that spares the init is never reported.
-		if err := s.cfg.OOM.Add(r.ID, m); err != nil {
-			s.cfg.Log.Warn("watch for oom", "id", r.ID, "err", err)
-		}
-	}
 	s.cfg.Log.Info("created", "id", r.ID, "pid", p.Pid())
 	return &taskapi.CreateTaskResponse{Pid: uint32(p.Pid())}, nil
 }
