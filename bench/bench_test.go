@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -88,7 +89,11 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(r.Stdout, "reference: `/usr/bin/containerd-shim-runc-v2`") ||
+	debian, err := exec.LookPath("containerd-shim-runc-v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.Stdout, "reference: `"+debian+"`") ||
 		!regexp.MustCompile("reference: `/\\S+/containerd-v2[^/]*/bin/containerd-shim-runc-v2`").MatchString(r.Stdout) {
 		t.Errorf("the references are not Debian's 1.6 shim and the 2.x one:\n%s", r.Stdout)
 	}
