@@ -192,18 +192,7 @@ func hasColour(img image.Image, c interface{ RGBA() (r, g, b, a uint32) }) bool 
 
 // processesMentioning lists the live processes whose command line holds s.
 func processesMentioning(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !testkit.Alive(pid) {
-			continue
-		}
-		if data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(data, []byte(s)) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return testkit.ProcessesWhere(func(args []string) bool { return strings.Contains(strings.Join(args, " "), s) })
 }
 
 func TestFlagsRefuseBadInput(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -70,7 +70,7 @@ func (s *sandbox) run(root, script string) (string, string, error) {
 func (s *sandbox) cleanup(t *testing.T) {
 	t.Helper()
 	for _, pid := range processesUnder(s.dir) {
-		t.Errorf("process %d (%s) outlived the docs' commands", pid, strings.Join(cmdline(pid), " "))
+		t.Errorf("process %d (%s) outlived the docs' commands", pid, strings.Join(testkit.Cmdline(pid), " "))
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	namespaces, _ := os.ReadDir(s.runcRoot)
@@ -92,32 +92,9 @@ func (s *sandbox) cleanup(t *testing.T) {
 
 // processesUnder lists the live processes with an argument naming dir or a path below it.
 func processesUnder(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if p, err := driver.ReadProc(pid); err != nil || p.State == 'Z' {
-			continue
-		}
-		for _, a := range cmdline(pid) {
-			if a == dir || strings.Contains(a, dir+"/") {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
-}
-
-func cmdline(pid int) []string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+	return testkit.ProcessesWhere(func(args []string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return a == dir || strings.Contains(a, dir+"/") })
+	})
 }
 
 // Masks, applied in order. The order matters: an address is masked whole before the

@@ -9,9 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,28 +95,9 @@ func topics(events []driver.Event) string {
 	return strings.Join(names, " ")
 }
 
-// processesWithArg lists the live processes that have value as one of their arguments. Tests
-// give each shim invocation a unique -address so that its processes can be found this way.
+// processesWithArg lists the live processes that have value as one of their arguments.
 func processesWithArg(value string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !testkit.Alive(pid) {
-			continue
-		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
-		for _, arg := range strings.Split(string(data), "\x00") {
-			if arg == value {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
+	return testkit.ProcessesWhere(func(args []string) bool { return slices.Contains(args, value) })
 }
 
 // shutdownAt ends the shim serving address with the Shutdown RPC and waits until pid is gone.
