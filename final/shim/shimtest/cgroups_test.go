@@ -174,28 +174,7 @@ func TestCgroupV1PauseFreezes(t *testing.T) {
 	if state, err := os.ReadFile(filepath.Join(freezer, "freezer.state")); err != nil || strings.TrimSpace(string(state)) != "FROZEN" {
 		t.Errorf("freezer.state = %q, %v; want FROZEN", state, err)
 	}
-	frozen := v1CPUUsage(t, k)
-	time.Sleep(300 * time.Millisecond)
-	if now := v1CPUUsage(t, k); now != frozen {
-		t.Errorf("CPU time of a frozen container went from %d to %d ns", frozen, now)
-	}
-	if _, err := k.Conn.Task.Resume(k.Ctx(), &taskapi.ResumeRequest{ID: k.ID}); err != nil {
-		t.Fatalf("Resume: %v", err)
-	}
-	if st := k.State(); st.Status != task.Status_RUNNING {
-		t.Errorf("State after Resume: %v, want RUNNING", st.Status)
-	}
-	testkit.Eventually(t, 10*time.Second, "the container's CPU time did not advance after Resume", func() bool {
-		return v1CPUUsage(t, k) > frozen
-	})
-
-	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
-		t.Fatal(err)
-	}
-	waitExec(t, k, "")
-	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
-		t.Fatalf("Delete: %v", err)
-	}
+	thawAndDelete(t, k, func() uint64 { return v1CPUUsage(t, k) })
 	for _, dir := range []string{freezer, memory} {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("the container's cgroup %s is left after Delete: %v", dir, err)
@@ -260,29 +239,7 @@ func TestCgroupV2InPrivateMount(t *testing.T) {
 		events, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 		return strings.Contains(string(events), "frozen 1")
 	})
-	frozen := cpuUsage(t, k)
-	time.Sleep(300 * time.Millisecond)
-	if now := cpuUsage(t, k); now != frozen {
-		t.Errorf("CPU time of a frozen container went from %d to %d µs", frozen, now)
-	}
-
-	if _, err := k.Conn.Task.Resume(k.Ctx(), &taskapi.ResumeRequest{ID: k.ID}); err != nil {
-		t.Fatalf("Resume: %v", err)
-	}
-	if st := k.State(); st.Status != task.Status_RUNNING {
-		t.Errorf("State after Resume: %v, want RUNNING", st.Status)
-	}
-	testkit.Eventually(t, 10*time.Second, "the container's CPU time did not advance after Resume", func() bool {
-		return cpuUsage(t, k) > frozen
-	})
-
-	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
-		t.Fatal(err)
-	}
-	waitExec(t, k, "")
-	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
-		t.Fatalf("Delete: %v", err)
-	}
+	thawAndDelete(t, k, func() uint64 { return cpuUsage(t, k) })
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the container's cgroup %s is left after Delete: %v", dir, err)
 	}
@@ -325,5 +282,33 @@ func TestShimCgroupV2InPrivateMount(t *testing.T) {
 	procs, err := os.ReadFile(filepath.Join(host, group, "cgroup.procs"))
 	if err != nil || !slices.Contains(strings.Fields(string(procs)), fmt.Sprint(pid)) {
 		t.Errorf("%s/cgroup.procs = %q, %v; want the shim %d", group, procs, err, pid)
+	}
+}
+
+// thawAndDelete takes a paused busy container the rest of the way on either layout: its CPU
+// time (usage) stands still while it is frozen (300 ms is the window watched, not a wait for
+// something to happen), advances again after Resume, and then it is killed and deleted.
+func thawAndDelete(t *testing.T, k *testkit.Task, usage func() uint64) {
+	t.Helper()
+	frozen := usage()
+	time.Sleep(300 * time.Millisecond)
+	if now := usage(); now != frozen {
+		t.Errorf("CPU time of a frozen container went from %d to %d", frozen, now)
+	}
+	if _, err := k.Conn.Task.Resume(k.Ctx(), &taskapi.ResumeRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if st := k.State(); st.Status != task.Status_RUNNING {
+		t.Errorf("State after Resume: %v, want RUNNING", st.Status)
+	}
+	testkit.Eventually(t, 10*time.Second, "the container's CPU time did not advance after Resume", func() bool {
+		return usage() > frozen
+	})
+	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, k, "")
+	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+		t.Fatalf("Delete: %v", err)
 	}
 }
