@@ -320,6 +320,10 @@ func (b *binaryIO) Close() error           { b.out.Close(); b.err.Close(); retur
 // calls it once runc has started; without it the shim would keep every output pipe open and
 // the readers would never see EOF.
 func (p *Pipes) CloseAfterStart() error {
+	if p.devNull != nil {
+		// runc has handed it to the process; the shim's copy would stay open for its life.
+		p.devNull.Close()
+	}
 	if c, ok := p.IO.(runc.StartCloser); ok {
 		return c.CloseAfterStart()
 	}
