@@ -102,9 +102,8 @@ type Init struct {
 // NewInit mounts the rootfs, wires stdio and runs runc create (or runc restore). On failure it
 // leaves nothing behind: no mount, no runc state, no copy goroutine.
 func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
-	if err := CheckBundle(cfg.Bundle); err != nil {
-		return nil, err
-	}
+	// The caller has run CheckBundle before writing anything into the bundle; reading a
+	// config.json of up to MaxSpecSize twice per Create would buy nothing.
 	if err := prepareRuncLog(filepath.Join(cfg.Bundle, "log.json")); err != nil {
 		return nil, err
 	}
@@ -205,8 +204,10 @@ func CheckBundle(bundle string) error {
 	}
 	st, err := os.Lstat(bundle)
 	switch {
-	case err != nil:
+	case err != nil && requestError(err):
 		return fmt.Errorf("bundle %s: %v: %w", bundle, err, errdefs.ErrInvalidArgument)
+	case err != nil:
+		return fmt.Errorf("bundle %s: %w", bundle, err)
 	case st.Mode()&os.ModeSymlink != 0:
 		return fmt.Errorf("bundle %s is a symlink, not a directory: %w", bundle, errdefs.ErrInvalidArgument)
 	case !st.IsDir():
@@ -216,6 +217,12 @@ func CheckBundle(bundle string) error {
 		OCIVersion string `json:"ociVersion"`
 	}
 	return readSpec(filepath.Join(bundle, "config.json"), &spec)
+}
+
+// requestError tells a path the request got wrong (missing, not a directory, a symlink where
+// none may be) from a failure of the host's (EACCES, EMFILE, EIO), which is not InvalidArgument.
+func requestError(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
 }
 
 // ReadSpec reads the runtime spec at path, refusing with InvalidArgument what CheckBundle
@@ -233,8 +240,11 @@ func ReadSpec(path string) (*specs.Spec, error) {
 // field tables for every type in it, which stay in the shim's heap for good.
 func readSpec(path string, spec any) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
+	if err != nil && requestError(err) {
 		return fmt.Errorf("bundle %s has no config.json: %v: %w", filepath.Dir(path), err, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return fmt.Errorf("open config.json: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
