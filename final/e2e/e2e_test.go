@@ -344,9 +344,7 @@ func (e *env) testLogURI(t *testing.T) {
 	// arguments.
 	logger := filepath.Join(dir, "logger.sh")
 	script := "#!/bin/sh\nexec 5>&-\ncat <&3 >\"$2.out\" & cat <&4 >\"$2.err\" &\nwait\n"
-	if err := os.WriteFile(logger, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, logger, []byte(script))
 	base := filepath.Join(dir, "binary")
 	id := e.id("logbin")
 	e.cleanup(id)

@@ -148,9 +148,7 @@ func NewFaultyRunc(t testing.TB) *FaultyRunc {
 	if err := os.Mkdir(f.dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(f.Path, []byte(fmt.Sprintf(faultyScript, f.dir)), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	WriteExecutable(t, f.Path, []byte(fmt.Sprintf(faultyScript, f.dir)))
 	// A hung runc is the shim's to kill; one the shim failed to kill must not outlive the test.
 	// Registered after TempDir, so it runs before the directory goes.
 	t.Cleanup(func() {

@@ -16,7 +16,6 @@ import (
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 
 	"github.com/shimwalk/shimwalk/final/driver"
-	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 )
 
 // Helpers run inside a re-executed test binary, for the parts of a test that must happen in
@@ -91,7 +90,7 @@ func helperBinary(t testing.TB) string {
 			return
 		}
 		helperBin = filepath.Join(WorkDir(t), "helper")
-		helperErr = fsutil.CopyFile(self, helperBin, 0o755)
+		helperErr = copyExecutable(self, helperBin)
 	})
 	if helperErr != nil {
 		t.Fatalf("helper binary: %v", helperErr)

@@ -48,9 +48,7 @@ func cgroup2Shim(t *testing.T) string {
 	shim := shimBinary(t)
 	wrapper := filepath.Join(testkit.TempDir(t), filepath.Base(shim))
 	script := fmt.Sprintf("#!/bin/sh\nexec unshare --mount --propagation private -- sh -c 'mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec \"$0\" \"$@\"' %q \"$@\"\n", shim)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, wrapper, []byte(script))
 	return wrapper
 }
 

@@ -22,9 +22,7 @@ func recordingRunc(t *testing.T) (binary, log string) {
 	dir := testkit.TempDir(t)
 	binary, log = filepath.Join(dir, "runc-recorder"), filepath.Join(dir, "calls")
 	script := "#!/bin/sh\necho \"$*\" >> " + log + "\nexec runc \"$@\"\n"
-	if err := os.WriteFile(binary, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, binary, []byte(script))
 	return binary, log
 }
 
