@@ -10,6 +10,7 @@ TESTFLAGS ?= -count=1 -timeout 30m
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Empty when the toolchain no longer knows the experiment: see the shim's line in build.
 SHIM_GOEXPERIMENT := $(shell GOEXPERIMENT=nogreenteagc $(GO) env GOEXPERIMENT >/dev/null 2>&1 && echo nogreenteagc)
+SHIM_BUILD := CGO_ENABLED=0 GOEXPERIMENT=$(SHIM_GOEXPERIMENT) $(GO) build -ldflags '-s -w'
 # Named explicitly so that exercise copies in work/ are never linted or tested as the project.
 PKGS     := ./steps/... ./final/... ./tools/... ./docs/... ./bench/...
 
@@ -27,7 +28,7 @@ build:
 # shim is a millisecond faster without the dynamic loader, and maps no libc. Without Go 1.26's
 # Green Tea GC, while the toolchain still offers the choice, an idle shim holds 0.15 MiB less.
 # See bench/NOTES.md.
-	CGO_ENABLED=0 GOEXPERIMENT=$(SHIM_GOEXPERIMENT) $(GO) build -ldflags '-s -w' -o $(BIN)/containerd-shim-shimwalk-v2 ./final/cmd/containerd-shim-shimwalk-v2
+	$(SHIM_BUILD) -o $(BIN)/containerd-shim-shimwalk-v2 ./final/cmd/containerd-shim-shimwalk-v2
 	$(GO) build -o $(BIN)/shimctl ./final/cmd/shimctl
 	@ls $(BIN)
 
@@ -102,9 +103,12 @@ stepsame:
 # The final shim against containerd-shim-runc-v2 under containerd 1.6 and 2.x, side by side (not
 # part of test, which runs it once with the smallest counts). Writes bench/results/ and the
 # README's Benchmarks section; BENCHFLAGS adds to or overrides the counts (bench -h lists them).
+# The skeleton, step 02 built as the final shim is, is the floor of the transport both share.
 bench: deps build
 	$(GO) build -o $(BIN)/shimbench ./bench
-	$(BIN)/shimbench -shim $(BIN)/containerd-shim-shimwalk-v2 -out bench/results -readme README.md $(BENCHFLAGS)
+	$(SHIM_BUILD) -o $(BIN)/skeleton/containerd-shim-step02-v2 ./steps/02-ttrpc
+	$(BIN)/shimbench -shim $(BIN)/containerd-shim-shimwalk-v2 -skeleton $(BIN)/skeleton/containerd-shim-step02-v2 \
+		-out bench/results -readme README.md $(BENCHFLAGS)
 
 clean:
 	rm -rf $(BIN) work

@@ -44,6 +44,7 @@ func TestSmoke(t *testing.T) {
 	testkit.RequireCommand(t, "containerd", "ctr", "runc", "busybox", "containerd-shim-runc-v2")
 	t.Parallel()
 	shim := testkit.Binary(t, "final/cmd/containerd-shim-shimwalk-v2")
+	skeleton := testkit.Binary(t, "steps/02-ttrpc")
 	bench := testkit.Binary(t, "bench")
 	out := testkit.TempDir(t)
 	// Not below WorkDir: a shim's socket path must stay within 108 bytes.
@@ -57,7 +58,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	// TMPDIR puts the benchmark's private containerds where this test can tell them from others.
-	r := testkit.Run(t, "", []string{"TMPDIR=" + tmp}, bench, "-shim", shim, "-repo", testkit.RepoRoot(t),
+	r := testkit.Run(t, "", []string{"TMPDIR=" + tmp}, bench, "-shim", shim, "-skeleton", skeleton, "-repo", testkit.RepoRoot(t),
 		"-counts", "1", "-group", "2", "-mem-rounds", "1", "-rounds", "1", "-bursts", "1", "-burst-size", "2", "-settle", "0s",
 		"-out", out, "-readme", readme)
 	if r.Code != 0 {
@@ -89,6 +90,7 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+	checkFloor(t, r.Stdout)
 	debian, err := exec.LookPath("containerd-shim-runc-v2")
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +124,40 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// checkFloor checks the skeleton's table: its two rows, each with a median and p90 and, for
+// both generations, a positive target and a ratio.
+func checkFloor(t *testing.T, out string) {
+	t.Helper()
+	_, section, ok := strings.Cut(out, floorHeading+"\n")
+	if !ok {
+		t.Fatalf("no %q section:\n%s", floorHeading, out)
+	}
+	found := 0
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| skeleton PSS per ") {
+			continue
+		}
+		found++
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) != 8 {
+			t.Errorf("floor row with %d cells, want 8 (two generations): %q", len(cells), line)
+			continue
+		}
+		// One added connection can reuse a stack and buffers the shim freed before, and with
+		// them pages it already had: zero is a measurement there, not a failure.
+		added := strings.Contains(cells[0], "added connection")
+		for i := 2; i < len(cells); i++ {
+			v, err := strconv.ParseFloat(strings.TrimSpace(cells[i]), 64)
+			if err != nil || v < 0 || (v == 0 && (!added || i == 4 || i == 6)) {
+				t.Errorf("floor row %q: column %d is %q, want a positive number", cells[0], i, cells[i])
+			}
+		}
+	}
+	if found != 2 {
+		t.Errorf("%d skeleton rows, want 2 (1 shim, added connection):\n%s", found, section)
+	}
+}
+
 // table is one generation's table: cells by the metric's name.
 type table struct {
 	name string
@@ -134,6 +170,8 @@ func parseTables(t *testing.T, out string) []table {
 	var tables []table
 	for _, line := range strings.Split(out, "\n") {
 		switch {
+		case line == floorHeading:
+			return tables // the skeleton's table, which checkFloor reads
 		case strings.HasPrefix(line, "## "):
 			tables = append(tables, table{name: strings.TrimPrefix(line, "## "), rows: map[string][]string{}})
 		case strings.HasPrefix(line, "| ") && line != tableHeader && len(tables) > 0:

@@ -25,6 +25,7 @@ import (
 // options are the knobs of one run; the defaults are what `make bench` measures.
 type options struct {
 	shim        string // the final shim's binary
+	skeleton    string // steps/02-ttrpc's shim, built as the final one; "" measures no floor
 	generations []string
 	counts      []int // containers for the one-shim-each memory rows
 	group       int   // containers sharing one shim
@@ -82,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	var gens, counts string
 	fs.StringVar(&o.shim, "shim", "bin/containerd-shim-shimwalk-v2", "the final shim's binary (make build puts it there)")
+	fs.StringVar(&o.skeleton, "skeleton", "", "steps/02-ttrpc's shim built as the final one (make bench builds it): the transport's floor; empty skips it")
 	fs.StringVar(&gens, "containerd", "1.6,2", "containerd generations to run: 1.6, 2, or both")
 	fs.StringVar(&counts, "counts", "1,10,50", "containers for the memory rows, one shim each")
 	fs.IntVar(&o.group, "group", 10, "containers sharing one shim (at least 2)")
@@ -132,6 +134,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fi, err := os.Stat(o.shim); err != nil || fi.Mode()&0o111 == 0 {
 		return o, fmt.Errorf("-shim %s is not an executable (run make build)", o.shim)
+	}
+	if o.skeleton != "" {
+		if o.skeleton, err = filepath.Abs(o.skeleton); err != nil {
+			return o, fmt.Errorf("-skeleton: %w", err)
+		}
+		if fi, err := os.Stat(o.skeleton); err != nil || fi.Mode()&0o111 == 0 {
+			return o, fmt.Errorf("-skeleton %s is not an executable (run make bench)", o.skeleton)
+		}
 	}
 	if o.repo, err = filepath.Abs(o.repo); err != nil {
 		return o, fmt.Errorf("-repo: %w", err)

@@ -45,6 +45,7 @@ type genResult struct {
 
 type results struct {
 	gens    []genResult
+	floor   []floorRow // the skeleton's rows, when o.skeleton is set
 	started time.Time
 	took    time.Duration
 }
@@ -68,6 +69,11 @@ func measure(ctx context.Context, o options, log io.Writer) (*results, error) {
 			return nil, fmt.Errorf("containerd %s: %w", gen, err)
 		}
 		res.gens = append(res.gens, g)
+	}
+	if o.skeleton != "" {
+		if res.floor, err = measureSkeleton(ctx, o, work, log); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

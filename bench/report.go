@@ -101,7 +101,43 @@ func (res *results) markdown(o options) string {
 				format(median(r.ref), r.unit), format(p90(r.ref), r.unit), q, target, r.verdict())
 		}
 	}
+	res.floorMarkdown(&b, o)
 	return b.String()
+}
+
+// floorHeading heads the skeleton's table; the smoke test finds it by this.
+const floorHeading = "## The floor of the prescribed transport"
+
+// floorMarkdown holds the skeleton's rows against the targets of the generations' rows: the
+// target in MiB is the row's highest accepted ratio times the reference's median.
+func (res *results) floorMarkdown(b *strings.Builder, o options) {
+	if len(res.floor) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s\n\nskeleton: `%s`, steps/02-ttrpc built as the final shim is: containerd's Task API over ttrpc, "+
+		"the dependencies DESIGN.md prescribes, and no container. A skeleton above a target (skeleton/target over 1) "+
+		"means no shim on that transport can meet the target.\n\n", floorHeading, filepath.Base(o.skeleton))
+	b.WriteString("| metric | unit | skeleton median | skeleton p90 |")
+	align := "|---|---|---:|---:|"
+	for _, g := range res.gens {
+		fmt.Fprintf(b, " target, %s | skeleton/target |", strings.TrimPrefix(g.name, "containerd "))
+		align += "---:|---:|"
+	}
+	b.WriteString("\n" + align + "\n")
+	for _, f := range res.floor {
+		fmt.Fprintf(b, "| %s | MiB | %.3f | %.3f |", f.metric, median(f.samples), p90(f.samples))
+		for _, g := range res.gens {
+			target, q := "—", "—"
+			for _, r := range g.rows {
+				if r.metric == f.versus && r.target > 0 && median(r.ref) > 0 {
+					t := r.target * median(r.ref)
+					target, q = fmt.Sprintf("%.3f", t), fmt.Sprintf("%.2f", median(f.samples)/t)
+				}
+			}
+			fmt.Fprintf(b, " %s | %s |", target, q)
+		}
+		b.WriteString("\n")
+	}
 }
 
 // write puts the table and the chart in o.out as <date>.md and <date>.png, copies them to
