@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -35,11 +36,80 @@ func Load(pid int) (*Group, error) {
 		}
 		return LoadV2(Root, data)
 	}
-	cg, err := cgroup1.Load(cgroup1.PidPath(pid))
+	procCgroup, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		return nil, fmt.Errorf("cgroup of %d: %v: %w", pid, err, errdefs.ErrNotFound)
 	}
-	return &Group{v1: cg}, nil
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup of %d: %w", pid, err)
+	}
+	where, err := v1Path(procCgroup, mountinfo)
+	if err == nil {
+		var cg cgroup1.Cgroup
+		if cg, err = cgroup1.Load(where); err == nil {
+			return &Group{v1: cg}, nil
+		}
+	}
+	return nil, fmt.Errorf("cgroup of %d: %v: %w", pid, err, errdefs.ErrNotFound)
+}
+
+// v1Path is cgroup1.PidPath for the process whose /proc/<pid>/cgroup is procCgroup, with the
+// mount table read once. The library scans all of /proc/self/mountinfo for each of the dozen
+// lines of /proc/<pid>/cgroup, and a host running containers has a long mount table (a rootfs
+// per container): that garbage was most of what starting a container added to an idle shim's
+// memory (bench/NOTES.md). The paths are the library's, quirks included: a controller's path is
+// made relative to the root of its mount (a cgroup namespace's, say), and every controller the
+// process lists must be mounted.
+func v1Path(procCgroup, mountinfo []byte) (cgroup1.Path, error) {
+	paths := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(procCgroup), "\n"), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) < 3 {
+			return nil, fmt.Errorf("invalid cgroup entry %q", line)
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c != "" {
+				paths[c] = parts[2]
+			}
+		}
+	}
+	// The root of the first cgroup v1 mount that has each option (a controller, or name=...).
+	roots := map[string]string{}
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		fields := strings.Split(line, " ")
+		if len(fields) < 10 || fields[len(fields)-3] != "cgroup" {
+			continue
+		}
+		for _, opt := range strings.Split(fields[len(fields)-1], ",") {
+			if _, ok := roots[opt]; !ok {
+				roots[opt] = fields[3]
+			}
+		}
+	}
+	for name, p := range paths {
+		root, ok := roots[name]
+		if !ok {
+			return nil, fmt.Errorf("no cgroup v1 mount has %s", name)
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup %s of %s: %w", p, name, err)
+		}
+		if rel == "." {
+			rel = root
+		}
+		paths[name] = filepath.Join("/", rel)
+	}
+	return func(name cgroup1.Name) (string, error) {
+		if p, ok := paths[string(name)]; ok {
+			return p, nil
+		}
+		if p, ok := paths["name="+string(name)]; ok {
+			return p, nil
+		}
+		return "", cgroup1.ErrControllerNotActive
+	}, nil
 }
 
 // LoadV2 is the v2 cgroup that procCgroup, the text of /proc/<pid>/cgroup, names below the

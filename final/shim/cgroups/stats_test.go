@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/containerd/cgroups/v3/cgroup1"
 	cgroupsv2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
@@ -79,5 +80,69 @@ func TestLoadV2RefusesPathsOutsideTheHierarchy(t *testing.T) {
 		if _, err := LoadV2(t.TempDir(), []byte(text)); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("LoadV2(%q) = %v, want not found", text, err)
 		}
+	}
+}
+
+// TestV1PathMatchesTheLibrary compares v1Path with cgroup1.PidPath for this test's own
+// process, on the host's real /proc: every controller, and a name no host has.
+func TestV1PathMatchesTheLibrary(t *testing.T) {
+	if IsUnified(Root) {
+		t.Fatalf("%s is a cgroup2 mount: this test is for hosts with cgroup v1 hierarchies", Root)
+	}
+	procCgroup, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := v1Path(procCgroup, mountinfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := cgroup1.PidPath(os.Getpid())
+	names := append(cgroup1.Subsystems(), cgroup1.SystemdDbus, "systemd", "no-such-controller")
+	found := 0
+	for _, n := range names {
+		got, gerr := ours(n)
+		want, werr := theirs(n)
+		if got != want || (gerr == nil) != (werr == nil) {
+			t.Errorf("%s: v1Path %q, %v; library %q, %v", n, got, gerr, want, werr)
+		}
+		if gerr == nil {
+			found++
+		}
+	}
+	if found < 3 {
+		t.Errorf("only %d controllers found: the comparison says little", found)
+	}
+}
+
+// TestV1PathInACgroupNamespace: a controller mounted with a root below the hierarchy's (as in a
+// cgroup namespace) yields paths relative to that root, and a controller the process lists but
+// no mount has is an error, as in the library.
+func TestV1PathInACgroupNamespace(t *testing.T) {
+	mountinfo := []byte("30 25 0:26 /kubepods/pod1 /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n" +
+		"31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n" +
+		"32 25 0:28 /kubepods/pod1/c1 /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids\n" +
+		"33 25 0:29 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw\n")
+	path, err := v1Path([]byte("7:memory:/kubepods/pod1/c1\n6:cpu,cpuacct:/c2\n5:pids:/kubepods/pod1/c1\n0::/c1\n"), mountinfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[cgroup1.Name]string{"memory": "/c1", "cpu": "/c2", "cpuacct": "/c2", "pids": "/kubepods/pod1/c1"} {
+		if got, err := path(name); got != want || err != nil {
+			t.Errorf("%s: %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if _, err := path("blkio"); !errors.Is(err, cgroup1.ErrControllerNotActive) {
+		t.Errorf("blkio: %v, want not active", err)
+	}
+	if _, err := v1Path([]byte("8:blkio:/c1\n"), mountinfo); err == nil {
+		t.Error("a controller without a mount was accepted")
+	}
+	if _, err := v1Path([]byte("garbage\n"), mountinfo); err == nil {
+		t.Error("a malformed /proc/<pid>/cgroup was accepted")
 	}
 }
