@@ -3,7 +3,6 @@
 package process
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/pelletier/go-toml/v2"
 
 	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"google.golang.org/protobuf/proto"
@@ -95,10 +93,8 @@ func fromConfig(r *runtimeoptions.Options) (*options.Options, error) {
 			return nil, fmt.Errorf("read runtime config: %w", err)
 		}
 	}
-	var c runcConfig
-	dec := toml.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	c, err := decodeRuncConfig(body)
+	if err != nil {
 		return nil, fmt.Errorf("runtime config: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	return &options.Options{
