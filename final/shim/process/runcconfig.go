@@ -2,7 +2,7 @@
 
 // This file decodes the TOML config that runtimeoptions.v1.Options carry into runcConfig: the
 // flat key = value form of the runc options that containerd's runc shim (containerd v2.4) decodes
-// with go-toml. It is our own because a general TOML library would add about 0.3 MB to a binary
+// with go-toml. It is our own because a general TOML library added about 0.27 MB to a binary
 // whose size is the shim's resident memory, for a document of a few lines.
 
 package process
