@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/containerd/cgroups/v3"
-	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/errdefs"
 )
 
@@ -19,10 +18,11 @@ import (
 // It mirrors the cgroup lookup of containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go
 // (Start: cgroup1.Load(cgroup1.PidPath(pid)), or cgroup2.PidGroupPath and cgroup2.Load). Unlike
 // it, the v2 path comes from the same /proc/<pid>/cgroup parser as the OOM watch, below a
-// mount point that tests may point at a tree of files, and v2 files are read in v2.go.
+// mount point that tests may point at a tree of files, and the files are read in v1.go and
+// v2.go.
 type Group struct {
-	v1 cgroup1.Cgroup
-	v2 string // the cgroup v2 directory
+	v1 map[string]string // the cgroup v1 directory of each hierarchy that has the cgroup
+	v2 string            // the cgroup v2 directory
 }
 
 // Load finds the cgroup of pid through /proc, which works whatever driver (cgroupfs or systemd)
@@ -44,14 +44,29 @@ func Load(pid int) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup of %d: %w", pid, err)
 	}
-	where, err := v1Path(procCgroup, mountinfo)
-	if err == nil {
-		var cg cgroup1.Cgroup
-		if cg, err = cgroup1.Load(where); err == nil {
-			return &Group{v1: cg}, nil
-		}
+	g, err := loadV1(procCgroup, mountinfo)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup of %d: %v: %w", pid, err, errdefs.ErrNotFound)
 	}
-	return nil, fmt.Errorf("cgroup of %d: %v: %w", pid, err, errdefs.ErrNotFound)
+	return g, nil
+}
+
+// loadV1 is the v1 cgroup that procCgroup, the text of /proc/<pid>/cgroup, names in the
+// hierarchies that mountinfo, the text of /proc/self/mountinfo, mounts.
+func loadV1(procCgroup, mountinfo []byte) (*Group, error) {
+	root, err := v1Root(mountinfo)
+	if err != nil {
+		return nil, err
+	}
+	where, err := v1Path(procCgroup, mountinfo)
+	if err != nil {
+		return nil, err
+	}
+	dirs, err := v1Dirs(root, where.of)
+	if err != nil {
+		return nil, err
+	}
+	return &Group{v1: dirs}, nil
 }
 
 // v1Path is cgroup1.PidPath for the process whose /proc/<pid>/cgroup is procCgroup, with the
@@ -61,7 +76,7 @@ func Load(pid int) (*Group, error) {
 // memory (bench/NOTES.md). The paths are the library's, quirks included: a controller's path is
 // made relative to the root of its mount (a cgroup namespace's, say), and every controller the
 // process lists must be mounted.
-func v1Path(procCgroup, mountinfo []byte) (cgroup1.Path, error) {
+func v1Path(procCgroup, mountinfo []byte) (v1Paths, error) {
 	paths := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSuffix(string(procCgroup), "\n"), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -101,15 +116,19 @@ func v1Path(procCgroup, mountinfo []byte) (cgroup1.Path, error) {
 		}
 		paths[name] = filepath.Join("/", rel)
 	}
-	return func(name cgroup1.Name) (string, error) {
-		if p, ok := paths[string(name)]; ok {
-			return p, nil
-		}
-		if p, ok := paths["name="+string(name)]; ok {
-			return p, nil
-		}
-		return "", cgroup1.ErrControllerNotActive
-	}, nil
+	return paths, nil
+}
+
+// v1Paths are a process's cgroup paths by controller, or by "name=" and a hierarchy's name.
+type v1Paths map[string]string
+
+// of is the path of controller or named hierarchy name; false if the process lists neither.
+func (p v1Paths) of(name string) (string, bool) {
+	if s, ok := p[name]; ok {
+		return s, true
+	}
+	s, ok := p["name="+name]
+	return s, ok
 }
 
 // LoadV2 is the v2 cgroup that procCgroup, the text of /proc/<pid>/cgroup, names below the
@@ -133,7 +152,7 @@ func (g *Group) Metrics() (any, error) {
 		}
 		return m, nil
 	}
-	m, err := g.v1.Stat(cgroup1.IgnoreNotExist)
+	m, err := v1Stat(g.v1, "/proc/partitions")
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v1 stats: %w", err)
 	}
@@ -143,20 +162,24 @@ func (g *Group) Metrics() (any, error) {
 // Join moves process pid into the existing cgroup path (the ShimCgroup runtime option), on
 // cgroup v1 or v2 as the host runs them.
 func Join(p string, pid int) error {
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return fmt.Errorf("shim cgroup %q: not an absolute, clean cgroup path", p)
+	}
 	if cgroups.Mode() == cgroups.Unified {
-		if !path.IsAbs(p) || path.Clean(p) != p {
-			return fmt.Errorf("shim cgroup %q: not an absolute, clean cgroup path", p)
-		}
 		if err := v2Join(filepath.Join(Root, p), pid); err != nil {
 			return fmt.Errorf("join shim cgroup %s: %w", p, err)
 		}
 		return nil
 	}
-	cg, err := cgroup1.Load(cgroup1.StaticPath(p))
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return fmt.Errorf("load shim cgroup %s: %w", p, err)
+		return fmt.Errorf("join shim cgroup %s: %w", p, err)
 	}
-	if err := cg.AddProc(uint64(pid)); err != nil {
+	root, err := v1Root(mountinfo)
+	if err == nil {
+		err = v1Join(root, p, pid)
+	}
+	if err != nil {
 		return fmt.Errorf("join shim cgroup %s: %w", p, err)
 	}
 	return nil
