@@ -21,12 +21,12 @@ func v2Trees() map[string]map[string]string {
 		"pids.max":     "max\n",
 		"cpu.stat": "usage_usec 912345\nuser_usec 800000\nsystem_usec 112345\nnr_periods 40\n" +
 			"nr_throttled 3\nthrottled_usec 5000\nnr_bursts 1\nburst_usec 20\n",
-		"cpu.pressure":    "some avg10=0.50 avg60=0.25 avg300=0.10 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=678\n",
-		"memory.current":  "33554432\n",
-		"memory.max":      "67108864\n",
-		"memory.peak":     "40000000\n",
-		"memory.pressure": "some avg10=1.00 avg60=2.00 avg300=3.00 total=4\nfull avg10=5.00 avg60=6.00 avg300=7.00 total=8\n",
-		"memory.events":   "low 1\nhigh 2\nmax 3\noom 4\noom_kill 5\noom_group_kill 6\n",
+		"cpu.pressure":        "some avg10=0.50 avg60=0.25 avg300=0.10 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=678\n",
+		"memory.current":      "33554432\n",
+		"memory.max":          "67108864\n",
+		"memory.peak":         "40000000\n",
+		"memory.pressure":     "some avg10=1.00 avg60=2.00 avg300=3.00 total=4\nfull avg10=5.00 avg60=6.00 avg300=7.00 total=8\n",
+		"memory.events":       "low 1\nhigh 2\nmax 3\noom 4\noom_kill 5\noom_group_kill 6\n",
 		"memory.swap.current": "0\n",
 		"memory.swap.max":     "max\n",
 		"io.stat": "8:0 rbytes=1024 wbytes=2048 rios=3 wios=4 dbytes=0 dios=0\n" +
