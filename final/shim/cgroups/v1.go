@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -136,18 +135,6 @@ func v1Join(root, p string, pid int) error {
 	return nil
 }
 
-// v1Count parses a number as the library does: a negative one reads as 0.
-func v1Count(s string, bits int) (uint64, error) {
-	v, err := strconv.ParseUint(s, 10, bits)
-	if err == nil {
-		return v, nil
-	}
-	if i, _ := strconv.ParseInt(s, 10, bits); i < 0 {
-		return 0, nil
-	}
-	return 0, err
-}
-
 // v1Uint reads a file of one number, where "max" reads as 0. Like the library it reads at most
 // 32 bytes, in one read, and an empty file is an error.
 func v1Uint(dir, name string) (uint64, error) {
@@ -165,38 +152,11 @@ func v1Uint(dir, name string) (uint64, error) {
 	if s == "max" {
 		return 0, nil
 	}
-	v, err := v1Count(s, 64)
+	v, err := parseCount(s, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
 	return v, nil
-}
-
-// v1KV reads a file of "key value" lines; every line must be one.
-func v1KV(dir, name string) (map[string]uint64, error) {
-	f, err := os.Open(filepath.Join(dir, name))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("%s: line %q is not a key and a value", name, sc.Text())
-		}
-		v, err := v1Count(fields[1], 64)
-		if err != nil {
-			// Not %w: a parse error must never read as a missing file.
-			return nil, fmt.Errorf("%s: line %q: %v", name, sc.Text(), err)
-		}
-		out[fields[0]] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %v", name, err)
-	}
-	return out, nil
 }
 
 func v1Pids(dir string, m *stats.Metrics) error {
@@ -213,7 +173,7 @@ func v1Pids(dir string, m *stats.Metrics) error {
 }
 
 func v1CPU(dir string, m *stats.Metrics) error {
-	kv, err := v1KV(dir, "cpu.stat")
+	kv, err := readKV(dir, "cpu.stat")
 	if err != nil {
 		return err
 	}
@@ -224,7 +184,7 @@ func v1CPU(dir string, m *stats.Metrics) error {
 }
 
 func v1Cpuacct(dir string, m *stats.Metrics) error {
-	kv, err := v1KV(dir, "cpuacct.stat")
+	kv, err := readKV(dir, "cpuacct.stat")
 	if err != nil {
 		return err
 	}
@@ -263,7 +223,7 @@ func v1Cpuacct(dir string, m *stats.Metrics) error {
 }
 
 func v1Memory(dir string, m *stats.Metrics) error {
-	kv, err := v1KV(dir, "memory.stat")
+	kv, err := readKV(dir, "memory.stat")
 	if err != nil {
 		return err
 	}
@@ -306,7 +266,7 @@ func v1Memory(dir string, m *stats.Metrics) error {
 		KernelTCP:               &stats.MemoryEntry{},
 	}
 	m.Memory = mem
-	oom, err := v1KV(dir, "memory.oom_control")
+	oom, err := readKV(dir, "memory.oom_control")
 	if err != nil {
 		return err
 	}
@@ -545,31 +505,9 @@ func v1Rdma(dir string, m *stats.Metrics) error {
 func v1RdmaEntries(lines []string) []*stats.RdmaEntry {
 	var entries []*stats.RdmaEntry
 	for _, line := range lines {
-		fields := strings.Fields(line)
-		if len(fields) != 3 {
-			continue
+		if dev, handles, objects, ok := rdmaLine(line); ok {
+			entries = append(entries, &stats.RdmaEntry{Device: dev, HcaHandles: handles, HcaObjects: objects})
 		}
-		e := &stats.RdmaEntry{Device: fields[0]}
-		for _, kv := range fields[1:] {
-			k, s, ok := strings.Cut(kv, "=")
-			if !ok {
-				continue
-			}
-			v := uint64(math.MaxUint32)
-			if s != "max" {
-				var err error
-				if v, err = v1Count(s, 32); err != nil {
-					continue
-				}
-			}
-			switch k {
-			case "hca_handle":
-				e.HcaHandles = uint32(v)
-			case "hca_object":
-				e.HcaObjects = uint32(v)
-			}
-		}
-		entries = append(entries, e)
 	}
 	return entries
 }

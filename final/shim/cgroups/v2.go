@@ -3,7 +3,6 @@
 package cgroups
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -134,25 +133,12 @@ func v2Join(dir string, pid int) error {
 	return err
 }
 
-// v2Count parses a number of a cgroup file. A negative value (a kernel's signed counter gone
-// below zero) counts as 0.
-func v2Count(s string) (uint64, error) {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err == nil {
-		return v, nil
-	}
-	if _, ierr := strconv.ParseInt(s, 10, 64); ierr == nil || errors.Is(ierr, strconv.ErrRange) && strings.HasPrefix(s, "-") {
-		return 0, nil
-	}
-	return 0, err
-}
-
-// v2Value is v2Count for a file of one value, where "max" is no limit.
+// v2Value is parseCount for a file of one value, where "max" is no limit.
 func v2Value(s string) (uint64, error) {
 	if s == "max" {
 		return math.MaxUint64, nil
 	}
-	return v2Count(s)
+	return parseCount(s, 64)
 }
 
 // v2Uint reads a file of one number, 0 when it is missing or unreadable.
@@ -171,31 +157,14 @@ func v2Uint(dir, name string) uint64 {
 // v2KV reads a file of "key value" lines; nil when it is missing, an error when a line is not
 // a key and a number.
 func v2KV(dir, name string) (map[string]uint64, error) {
-	f, err := os.Open(filepath.Join(dir, name))
+	kv, err := readKV(dir, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cgroup v2 %s: %w", name, err)
+		return nil, fmt.Errorf("cgroup v2 %w", err)
 	}
-	defer f.Close()
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("cgroup v2 %s: line %q is not a key and a value", name, sc.Text())
-		}
-		v, err := v2Count(fields[1])
-		if err != nil {
-			return nil, fmt.Errorf("cgroup v2 %s: line %q: %w", name, sc.Text(), err)
-		}
-		out[fields[0]] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cgroup v2 %s: %w", name, err)
-	}
-	return out, nil
+	return kv, nil
 }
 
 // v2IO reads io.stat: a line per device, "MAJ:MIN key=value ...". A device number that does not
@@ -255,30 +224,9 @@ func v2Rdma(dir, name string) []*stats.RdmaEntry {
 	}
 	var entries []*stats.RdmaEntry
 	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) != 3 {
-			continue
+		if dev, handles, objects, ok := rdmaLine(line); ok {
+			entries = append(entries, &stats.RdmaEntry{Device: dev, HcaHandles: handles, HcaObjects: objects})
 		}
-		e := &stats.RdmaEntry{Device: fields[0]}
-		for _, kv := range fields[1:] {
-			k, s, ok := strings.Cut(kv, "=")
-			if !ok {
-				continue
-			}
-			v := uint64(math.MaxUint32)
-			if s != "max" {
-				if v, err = v2Count(s); err != nil || v > math.MaxUint32 {
-					continue
-				}
-			}
-			switch k {
-			case "hca_handle":
-				e.HcaHandles = uint32(v)
-			case "hca_object":
-				e.HcaObjects = uint32(v)
-			}
-		}
-		entries = append(entries, e)
 	}
 	return entries
 }
@@ -297,7 +245,7 @@ func v2Hugetlb(dir string) []*stats.HugeTlbStat {
 		if data, err := os.ReadFile(filepath.Join(dir, "hugetlb."+size+".events")); err == nil {
 			for _, line := range strings.Split(string(data), "\n") {
 				if f := strings.Fields(line); len(f) == 2 && f[0] == "max" {
-					s.Failcnt, _ = v2Count(f[1])
+					s.Failcnt, _ = parseCount(f[1], 64)
 					break
 				}
 			}
