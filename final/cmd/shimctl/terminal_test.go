@@ -65,8 +65,8 @@ func TestTerminalRestoredOnFailure(t *testing.T) {
 		s.t = t
 		s.track("ttykill")
 		p := s.onPty("run", "-t", "--rm", "--rootfs", rootfs, "ttykill", "--", "sh")
-		// The shell prompts while Start's reply may still be on its way, and a signal before
-		// Start returned aborts the run instead. Stdin is copied only once Start returned.
+		// The shell prompts while Start's reply may still be on its way, and stdin is copied
+		// only once Start returned: the answer shows shimctl forwards from here on.
 		p.typeUntil("echo $((40+2))\r", "42")
 		// Forwarded to the shell, PID 1 of its container, which ignores it.
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {

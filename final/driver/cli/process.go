@@ -143,7 +143,7 @@ func execForeground(cmd *cobra.Command, d *driver.Driver, c *driver.Conn, id, ex
 	if _, err := c.Task.Exec(ctx, req); err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
-	if _, err := c.Task.Start(ctx, &taskapi.StartRequest{ID: id, ExecID: execID}); err != nil {
+	if err := startUncut(ctx, c, id, execID); err != nil {
 		return errors.Join(fmt.Errorf("start exec %s: %w", execID, err), deleteExec(ctx, c, id, execID))
 	}
 	running := context.WithoutCancel(ctx)

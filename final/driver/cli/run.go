@@ -114,7 +114,7 @@ func runDetached(cmd *cobra.Command, d *driver.Driver, id string, argv []string,
 
 func runForeground(cmd *cobra.Command, d *driver.Driver, id string, argv []string, o runOptions) error {
 	ctx, stderr := cmd.Context(), cmd.ErrOrStderr()
-	// Until Start, the cancellation of ctx by the same signals aborts the run instead.
+	// Until Start is sent, the cancellation of ctx by the same signals aborts the run instead.
 	signals := notifySignals()
 	defer stopSignals(signals)
 
@@ -129,7 +129,7 @@ func runForeground(cmd *cobra.Command, d *driver.Driver, id string, argv []strin
 		return err
 	}
 	defer c.Close()
-	if _, err := c.Task.Start(ctx, &taskapi.StartRequest{ID: id}); err != nil {
+	if err := startUncut(ctx, c, id, ""); err != nil {
 		return startFailed(ctx, d, c, id, err)
 	}
 
@@ -158,6 +158,17 @@ func runForeground(cmd *cobra.Command, d *driver.Driver, id string, argv []strin
 		}
 	}
 	return statusExit(status)
+}
+
+// startUncut sends Start so that a signal arriving meanwhile does not cut it short: the
+// process may run before the reply comes back, so the signal is the process's, and the caller's
+// forwarder delivers it (signal.Notify keeps it queued) once Start has returned. cleanupTimeout
+// bounds a Start that never answers.
+func startUncut(ctx context.Context, c *driver.Conn, id, execID string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, err := c.Task.Start(ctx, &taskapi.StartRequest{ID: id, ExecID: execID})
+	return err
 }
 
 // startFailed takes down a task whose Start failed and reports the failure.
