@@ -83,3 +83,17 @@ func readKV(dir, name string) (map[string]uint64, error) {
 	}
 	return out, nil
 }
+
+// joinDir moves pid into the cgroup whose directory is dir, of either layout. The cgroup must
+// exist: cgroup.procs is opened, never created.
+func joinDir(dir string, pid int) error {
+	f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strconv.Itoa(pid))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

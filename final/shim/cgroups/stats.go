@@ -166,7 +166,7 @@ func Join(p string, pid int) error {
 		return fmt.Errorf("shim cgroup %q: not an absolute, clean cgroup path", p)
 	}
 	if cgroups.Mode() == cgroups.Unified {
-		if err := v2Join(filepath.Join(Root, p), pid); err != nil {
+		if err := joinDir(filepath.Join(Root, p), pid); err != nil {
 			return fmt.Errorf("join shim cgroup %s: %w", p, err)
 		}
 		return nil

@@ -127,7 +127,7 @@ func v1Join(root, p string, pid int) error {
 	// In the library's order, so that a failure leaves the same hierarchies joined.
 	for _, name := range v1Controllers() {
 		if dir, ok := dirs[name]; ok {
-			if err := v2Join(dir, pid); err != nil {
+			if err := joinDir(dir, pid); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}

@@ -120,19 +120,6 @@ func v2Stat(dir string) (*stats.Metrics, error) {
 	return m, nil
 }
 
-// v2Join moves pid into the cgroup v2 directory dir, which must exist.
-func v2Join(dir string, pid int) error {
-	f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(strconv.Itoa(pid))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // v2Value is parseCount for a file of one value, where "max" is no limit.
 func v2Value(s string) (uint64, error) {
 	if s == "max" {

@@ -130,18 +130,18 @@ func TestV2StatRefusesMalformedCounters(t *testing.T) {
 	}
 }
 
-func TestV2JoinNeedsAnExistingCgroup(t *testing.T) {
+func TestJoinDirNeedsAnExistingCgroup(t *testing.T) {
 	dir := t.TempDir()
-	if err := v2Join(dir, os.Getpid()); err == nil {
+	if err := joinDir(dir, os.Getpid()); err == nil {
 		t.Fatal("joined a directory that has no cgroup.procs")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); !os.IsNotExist(err) {
-		t.Errorf("v2Join created cgroup.procs: %v", err)
+		t.Errorf("joinDir created cgroup.procs: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := v2Join(dir, 4242); err != nil {
+	if err := joinDir(dir, 4242); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); string(data) != "4242" {
