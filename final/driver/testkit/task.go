@@ -51,6 +51,9 @@ type TaskOptions struct {
 	// Stdin is written to the task's stdin FIFO, which is opened only after Create returned:
 	// the shim must not depend on the writer being there first.
 	Stdin string
+	// StdinFIFO gives the task a stdin FIFO that the test opens and writes itself
+	// (FIFOs.OpenStdin), instead of Stdin.
+	StdinFIFO bool
 }
 
 // Task is one container driven through a shim exactly as containerd would: a bundle, stdio
@@ -122,7 +125,7 @@ func OpenTask(d *driver.Driver, id, rootfs string, o TaskOptions) (*Task, error)
 	}
 	k.Bundle = bundle
 	if !o.NullIO {
-		if k.FIFOs, err = d.NewFIFOs(id, o.Stdin != ""); err != nil {
+		if k.FIFOs, err = d.NewFIFOs(id, o.Stdin != "" || o.StdinFIFO); err != nil {
 			return k, err
 		}
 		if k.attached, err = k.FIFOs.Attach(context.Background(), nil, &k.Stdout, &k.Stderr); err != nil {
@@ -172,10 +175,15 @@ func (k *Task) Create() int {
 			k.t.Fatal(err)
 		}
 		k.stdinW = w
+		conn := k.Conn
 		go func() {
-			// Ends once the shim has taken the input, or when Close closes w.
+			// Ends once the shim has taken the input, or when Close closes w. Then, as ctr
+			// does, CloseIO: the shim keeps a writer of the FIFO open until it is told.
 			io.WriteString(w, k.stdin)
 			w.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			conn.Task.CloseIO(ctx, &taskapi.CloseIORequest{ID: k.ID, Stdin: true})
 		}()
 	}
 	return int(resp.Pid)

@@ -3,17 +3,13 @@
 package stdio
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/console"
-	"github.com/containerd/fifo"
 	runc "github.com/containerd/go-runc"
 )
 
@@ -25,7 +21,8 @@ type Console struct {
 
 	mu     sync.Mutex
 	master console.Console // guarded by mu; nil until Attach
-	stdin  io.Closer       // guarded by mu
+	stdin  io.Closer       // guarded by mu; the stdin FIFO's read end
+	keeper io.Closer       // guarded by mu; the shim's writer of the stdin FIFO (openStdin)
 	wg     sync.WaitGroup  // the output copy
 }
 
@@ -80,14 +77,14 @@ func (c *Console) Attach() error {
 		}()
 	}
 	if c.cfg.Stdin != "" {
-		in, err := fifo.OpenFifo(context.Background(), c.cfg.Stdin, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+		in, keeper, err := openStdin(c.cfg.Stdin)
 		if err != nil {
-			return fmt.Errorf("open %s: %w", c.cfg.Stdin, err)
+			return err
 		}
-		c.stdin = in
+		c.stdin, c.keeper = in, keeper
 		go func() {
-			// Owned by c: ends when the writer closes stdin, or when CloseStdin or Close
-			// closes the FIFO.
+			// Owned by c: ends at EOF, once CloseIO closed the shim's writer and no client
+			// holds one, or when Close closes the FIFO.
 			io.Copy(master, in)
 		}()
 	}
@@ -104,16 +101,17 @@ func (c *Console) Resize(width, height uint32) error {
 	return c.master.Resize(console.WinSize{Width: uint16(width), Height: uint16(height)})
 }
 
-// CloseStdin stops copying input (the CloseIO RPC). The terminal stays: on a terminal, end
-// of input is a character (^D), not a closed descriptor.
+// CloseStdin ends the input copied into the terminal (the CloseIO RPC): it closes the shim's
+// writer of the stdin FIFO, and the copy ends once the clients have closed theirs. The terminal
+// stays: on a terminal, end of input is a character (^D), not a closed descriptor.
 func (c *Console) CloseStdin() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stdin == nil {
+	if c.keeper == nil {
 		return nil
 	}
-	err := c.stdin.Close()
-	c.stdin = nil
+	err := c.keeper.Close()
+	c.keeper = nil
 	return err
 }
 
@@ -131,21 +129,13 @@ func (c *Console) Wait(timeout time.Duration) {
 func (c *Console) Close() error {
 	c.socket.Close()
 	c.CloseStdin()
-	if c.cfg.Stdin != "" {
-		releaseOpen(c.cfg.Stdin)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stdin != nil {
+		c.stdin.Close()
+	}
 	if c.master != nil {
 		return c.master.Close()
 	}
 	return nil
-}
-
-// releaseOpen lets a background open of a FIFO for reading return, by being a writer that
-// comes and goes: the open waits for a writer, and none may ever come.
-func releaseOpen(path string) {
-	if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-		f.Close()
-	}
 }

@@ -3,7 +3,6 @@
 package stdio
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/fifo"
 	runc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
 )
@@ -39,8 +37,9 @@ type Pipes struct {
 	runc.IO
 	wg      sync.WaitGroup // output copies; done when the process side of each pipe closed
 	closers []io.Closer
-	stdin   string // FIFO path, to release an open that waits for a writer
-	stdinW  io.WriteCloser
+	stdinW  io.WriteCloser // the process's stdin
+	// keeper is the shim's own writer of the stdin FIFO (openStdin); CloseIO closes it.
+	keeper  io.Closer
 	binary  *exec.Cmd // the logging binary, for binary://
 	monitor runc.ProcessMonitor
 	// devNull is the process's stdout and stderr when only stdin was asked for. Left unset,
@@ -112,6 +111,34 @@ func CheckFIFO(path string) error {
 	return fmt.Errorf("stdio %s is %s, not a FIFO: %w", path, kind, errdefs.ErrInvalidArgument)
 }
 
+// openStdin opens a stdin FIFO as containerd's shim does (cmd/containerd-shim-runc-v2/process
+// init.go, openStdin): a read end for the copy into the process, and a write end the shim keeps.
+// The shim's writer holds the input open between clients: one that closes its end (a detached
+// ctr, a CRI attach that ends) does not end the process's input. CloseIO closes the shim's
+// writer, and the copy sees EOF once no client holds one either. Neither open blocks, so no
+// thread waits for a client that may never come.
+func openStdin(path string) (r, keeper *os.File, err error) {
+	if err := CheckFIFO(path); err != nil {
+		return nil, nil, err
+	}
+	// The read end first: a non-blocking open for writing fails (ENXIO) while no reader exists.
+	r, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// What was checked may have been replaced since; a FIFO is what was opened.
+	if st, err := r.Stat(); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		r.Close()
+		return nil, nil, fmt.Errorf("stdio %s is no longer a FIFO: %w", path, errdefs.ErrInvalidArgument)
+	}
+	keeper, err = os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		r.Close()
+		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return r, keeper, nil
+}
+
 // outputFIFO opens a FIFO for output. Read-write never blocks, whether or not the reader has
 // opened its end yet, and keeps the FIFO from breaking if the reader goes away: output waits
 // in the pipe instead of being lost.
@@ -149,7 +176,7 @@ func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, 
 	if err != nil {
 		return nil, fmt.Errorf("create pipes: %w", err)
 	}
-	p := &Pipes{IO: pio, stdin: cfg.Stdin}
+	p := &Pipes{IO: pio}
 	if cfg.Stdout == "" && cfg.Stderr == "" {
 		if p.devNull, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
 			pio.Close()
@@ -187,21 +214,16 @@ func openCopied(cfg Config, uid, gid int, openOut func(string) (io.WriteCloser, 
 		}(out.r, w)
 	}
 	if cfg.Stdin != "" {
-		if err := CheckFIFO(cfg.Stdin); err != nil {
+		in, keeper, err := openStdin(cfg.Stdin)
+		if err != nil {
 			p.Close()
 			return nil, err
 		}
-		// Not a request's context: the writer may open its end after Create returned, and the
-		// fifo package gives up on an open whose context has ended.
-		in, err := fifo.OpenFifo(context.Background(), cfg.Stdin, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
-		if err != nil {
-			p.Close()
-			return nil, fmt.Errorf("open %s: %w", cfg.Stdin, err)
-		}
-		p.closers = append(p.closers, in)
-		p.stdinW = pio.Stdin()
+		p.closers = append(p.closers, in, keeper)
+		p.stdinW, p.keeper = pio.Stdin(), keeper
 		go func() {
-			// Owned by p: ends when the writer closes stdin, or when Close closes the FIFO.
+			// Owned by p: ends at EOF, once CloseIO closed the shim's writer and no client
+			// holds one, or when Close closes the FIFO.
 			_ = copyWhenReady(p.stdinW, in)
 			p.stdinW.Close()
 		}()
@@ -341,14 +363,14 @@ func (p *Pipes) Wait(timeout time.Duration) {
 	}
 }
 
-// CloseStdin gives the process EOF on stdin (the CloseIO RPC).
+// CloseStdin ends the process's input (the CloseIO RPC): it closes the shim's writer of the
+// stdin FIFO, and the process sees EOF once the clients have closed theirs.
 func (p *Pipes) CloseStdin() error {
-	if p.stdinW == nil {
+	if p.keeper == nil {
 		return nil
 	}
-	// Closed already when the writer of the FIFO closed its end, or by an earlier CloseIO:
-	// stdin is closed, which is what was asked.
-	if err := p.stdinW.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+	// Closed already by an earlier CloseIO: stdin is closed, which is what was asked.
+	if err := p.keeper.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return err
 	}
 	return nil
@@ -359,9 +381,6 @@ func (p *Pipes) CloseStdin() error {
 func (p *Pipes) Close() error {
 	for _, c := range p.closers {
 		c.Close()
-	}
-	if p.stdin != "" {
-		releaseOpen(p.stdin)
 	}
 	var err error
 	if p.IO != nil {
