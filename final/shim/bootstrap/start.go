@@ -97,12 +97,12 @@ func group(f flags) (string, error) {
 		return f.id, nil // no spec yet: the shim is this container's alone
 	}
 	// Bounded: the spec is read whole, and this runs before anything else has checked it.
-	spec, err := process.ReadSpec("config.json")
+	annotations, err := process.ReadAnnotations("config.json")
 	if err != nil {
 		return "", err
 	}
 	for _, label := range groupLabels {
-		if g, ok := spec.Annotations[label]; ok && g != "" {
+		if g, ok := annotations[label]; ok && g != "" {
 			if err := identifiers.Validate(label, g); err != nil {
 				return "", err
 			}

@@ -225,14 +225,19 @@ func requestError(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
 }
 
-// ReadSpec reads the runtime spec at path, refusing with InvalidArgument what CheckBundle
-// refuses.
-func ReadSpec(path string) (*specs.Spec, error) {
-	var spec specs.Spec
+// ReadAnnotations reads the annotations of the runtime spec at path, refusing with
+// InvalidArgument what CheckBundle refuses. Only the one field is decoded: the start action,
+// which needs it to find a container's group, runs on the path of every container start, and
+// decoding a whole specs.Spec costs a fresh process encoding/json's field tables for every type
+// in it (0.3 ms of a 4.5 ms start action, with a small spec).
+func ReadAnnotations(path string) (map[string]string, error) {
+	var spec struct {
+		Annotations map[string]string `json:"annotations"`
+	}
 	if err := readSpec(path, &spec); err != nil {
 		return nil, err
 	}
-	return &spec, nil
+	return spec.Annotations, nil
 }
 
 // readSpec decodes the runtime spec at path into spec. CheckBundle decodes one field: the
