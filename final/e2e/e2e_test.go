@@ -546,5 +546,7 @@ func TestContainerd16Crun(t *testing.T) {
 }
 
 func TestContainerd2(t *testing.T) {
-	suite(t, newEnv(t, testkit.StartContainerd2(t), "", "c2"))
+	e := newEnv(t, testkit.StartContainerd2(t), "", "c2")
+	suite(t, e)
+	t.Run("RuntimeInfo", e.testRuntimeInfo)
 }

@@ -12,13 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	apitypes "github.com/containerd/containerd/api/types"
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
-	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/server"
 	"github.com/shimwalk/shimwalk/final/shim/task"
 )
@@ -102,35 +98,6 @@ func dispatch(f flags, version, revision string) error {
 		return serve(f)
 	}
 	return fmt.Errorf("unknown action %q: want start or delete", f.action)
-}
-
-// printInfo answers containerd's `shim -info`: the runtime options come on stdin, and a
-// RuntimeInfo goes back on stdout.
-func printInfo(version, revision string) error {
-	in, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
-	if err != nil {
-		return fmt.Errorf("read options: %w", err)
-	}
-	info := &apitypes.RuntimeInfo{
-		Name:    RuntimeName,
-		Version: &apitypes.RuntimeVersion{Version: version, Revision: revision},
-	}
-	if len(in) > 0 {
-		var opts anypb.Any
-		if err := proto.Unmarshal(in, &opts); err != nil {
-			return fmt.Errorf("options are not an Any: %w", err)
-		}
-		if _, _, err := process.ParseOptions(&opts); err != nil {
-			return err
-		}
-		info.Options = &opts
-	}
-	out, err := proto.Marshal(info)
-	if err != nil {
-		return err
-	}
-	_, err = os.Stdout.Write(out)
-	return err
 }
 
 // serve is the long-lived shim.

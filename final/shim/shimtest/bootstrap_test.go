@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	apitypes "github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/api/types/runc/options"
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -334,6 +336,63 @@ func TestVersionAndInfo(t *testing.T) {
 		t.Errorf("RuntimeInfo options = %v, want %v", ri.GetOptions(), opts)
 	}
 	c.failed("-info with unknown options", c.run(marshal(t, mustAny(t, &apitypes.Mount{})), nil, "-info"))
+}
+
+// TestInfoReportsTheRuntimesFeatures: -info carries what `runc features` prints, in the Any
+// containerd 2.x decodes, for the runtime the options name; a runtime without the command
+// leaves the features out, and one that does not exist is an error, as with containerd's shim.
+func TestInfoReportsTheRuntimesFeatures(t *testing.T) {
+	t.Parallel()
+	testkit.RequireCommand(t, "runc")
+	c := newCLI(t)
+	want, err := exec.Command("runc", "features").Output()
+	if err != nil {
+		t.Fatalf("runc features: %v", err)
+	}
+	var wantF features.Features
+	if err := json.Unmarshal(want, &wantF); err != nil {
+		t.Fatal(err)
+	}
+	info := func(opts *anypb.Any) (*apitypes.RuntimeInfo, testkit.Result) {
+		var in []byte
+		if opts != nil {
+			in = marshal(t, opts)
+		}
+		r := c.run(in, nil, "-info")
+		var ri apitypes.RuntimeInfo
+		if r.Code == 0 {
+			if err := proto.Unmarshal([]byte(r.Stdout), &ri); err != nil {
+				t.Fatalf("-info printed %q, not a RuntimeInfo: %v", r.Stdout, err)
+			}
+		}
+		return &ri, r
+	}
+	ri, r := info(nil)
+	if r.Code != 0 {
+		t.Fatalf("-info: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	if got := ri.GetFeatures().GetTypeUrl(); got != "types.containerd.io/opencontainers/runtime-spec/1/features/Features" {
+		t.Fatalf("features type %q", got)
+	}
+	var gotF features.Features
+	if err := json.Unmarshal(ri.GetFeatures().GetValue(), &gotF); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gotF, wantF) || gotF.OCIVersionMax == "" {
+		t.Errorf("features %+v, want runc's %+v", gotF, wantF)
+	}
+
+	// A runtime that knows no "features" command.
+	old := filepath.Join(testkit.TempDir(t), "old-runc")
+	testkit.WriteExecutable(t, old, []byte("#!/bin/sh\n"+
+		"[ \"$1\" = features ] && { echo 'unknown command features' >&2; exit 1; }\n"+
+		"exec runc \"$@\"\n"))
+	ri, r = info(mustAny(t, &options.Options{BinaryName: old}))
+	if r.Code != 0 || ri.GetFeatures() != nil {
+		t.Errorf("-info for a runtime without features: exit %d, features %v, stderr %q", r.Code, ri.GetFeatures(), r.Stderr)
+	}
+	_, r = info(mustAny(t, &options.Options{BinaryName: filepath.Join(testkit.TempDir(t), "no-such-runtime")}))
+	c.failed("-info for a runtime that does not exist", r)
 }
 
 // TestBadCommandLines: what containerd would never send is refused with one line, before
