@@ -9,9 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
@@ -303,20 +301,8 @@ func TestStepAwareForTheTasksShim(t *testing.T) {
 func TestSignalDuringStartIsForwarded(t *testing.T) {
 	t.Parallel()
 	s := newShimctl(t, finalShim)
-	s.track("sigstart")
 	slow := filepath.Join(testkit.TempDir(t), "slow-start-runc")
 	testkit.WriteExecutable(t, slow, []byte("#!/bin/sh\nrunc \"$@\"\nrc=$?\n"+
 		"case \" $* \" in *\" start \"*) sleep 2;; esac\nexit $rc\n"))
-	b := s.background("run", "--rm", "--runtime-binary", slow, "--rootfs", testkit.Rootfs(t), "sigstart", "--",
-		"sh", "-c", `trap "echo got TERM; exit 7" TERM; echo ready; while :; do sleep 0.1; done`)
-	testkit.Eventually(t, 20*time.Second, "the container never said ready", func() bool {
-		return strings.Contains(b.stdout.String(), "ready\n")
-	})
-	if code := b.stop(t, syscall.SIGTERM); code != 7 {
-		t.Errorf("run: exit %d, want the container's 7; stderr %q", code, b.stderr.String())
-	}
-	if !strings.Contains(b.stdout.String(), "got TERM\n") {
-		t.Errorf("stdout %q: the container did not get SIGTERM", b.stdout.String())
-	}
-	s.expectNoTask("sigstart")
+	s.expectTERMForwarded(t, "sigstart", "--runtime-binary", slow)
 }

@@ -396,9 +396,18 @@ func TestUsageAndUnknownTasks(t *testing.T) {
 func TestRunForwardsSignals(t *testing.T) {
 	t.Parallel()
 	s := newShimctl(t, step04)
-	s.track("sig")
-	b := s.background("run", "--rm", "--rootfs", testkit.Rootfs(t), "sig", "--",
+	s.expectTERMForwarded(t, "sig")
+}
+
+// expectTERMForwarded runs task id (with run's flags) as a shell that exits 7 on SIGTERM,
+// sends shimctl SIGTERM once the shell said it is ready, and checks that the shell got it, that
+// run exited with its status, and that --rm removed the task.
+func (s *shimctl) expectTERMForwarded(t *testing.T, id string, flags ...string) {
+	t.Helper()
+	s.track(id)
+	args := append(append([]string{"run", "--rm"}, flags...), "--rootfs", testkit.Rootfs(t), id, "--",
 		"sh", "-c", `trap "echo got TERM; exit 7" TERM; echo ready; while :; do sleep 0.1; done`)
+	b := s.background(args...)
 	testkit.Eventually(t, 20*time.Second, "the container never said ready", func() bool {
 		return strings.Contains(b.stdout.String(), "ready\n")
 	})
@@ -408,7 +417,7 @@ func TestRunForwardsSignals(t *testing.T) {
 	if !strings.Contains(b.stdout.String(), "got TERM\n") {
 		t.Errorf("stdout %q: the container did not get SIGTERM", b.stdout.String())
 	}
-	s.expectNoTask("sig")
+	s.expectNoTask(id)
 }
 
 // TestEventsPrintsForwardedEvents plays a shim towards `shimctl events --json`: it forwards an
