@@ -89,8 +89,9 @@ func cgroup2Path(t *testing.T, pid int) string {
 	return ""
 }
 
-// v2Stats calls Stats and decodes the cgroup v2 metrics it must hold.
-func v2Stats(t *testing.T, k *testkit.Task) *cgroupsv2.Metrics {
+// statsOf calls Stats and decodes the metrics, which must be of type M: *cgroupsv1.Metrics or
+// *cgroupsv2.Metrics.
+func statsOf[M any](t *testing.T, k *testkit.Task) M {
 	t.Helper()
 	resp, err := k.Conn.Task.Stats(k.Ctx(), &taskapi.StatsRequest{ID: k.ID})
 	if err != nil {
@@ -100,34 +101,23 @@ func v2Stats(t *testing.T, k *testkit.Task) *cgroupsv2.Metrics {
 	if err != nil {
 		t.Fatalf("Stats returned %s: %v", resp.GetStats().GetTypeUrl(), err)
 	}
-	m, ok := v.(*cgroupsv2.Metrics)
+	m, ok := v.(M)
 	if !ok {
-		t.Fatalf("Stats returned %T (%s), want cgroup v2 metrics", v, resp.GetStats().GetTypeUrl())
+		t.Fatalf("Stats returned %T (%s), want %T", v, resp.GetStats().GetTypeUrl(), m)
 	}
 	return m
 }
 
+// cpuUsage is the container's CPU time in µs from Stats, which must hold cgroup v2 metrics.
 func cpuUsage(t *testing.T, k *testkit.Task) uint64 {
 	t.Helper()
-	return v2Stats(t, k).GetCPU().GetUsageUsec()
+	return statsOf[*cgroupsv2.Metrics](t, k).GetCPU().GetUsageUsec()
 }
 
 // v1CPUUsage is the container's CPU time in ns from Stats, which must hold cgroup v1 metrics.
 func v1CPUUsage(t *testing.T, k *testkit.Task) uint64 {
 	t.Helper()
-	resp, err := k.Conn.Task.Stats(k.Ctx(), &taskapi.StatsRequest{ID: k.ID})
-	if err != nil {
-		t.Fatalf("Stats: %v", err)
-	}
-	v, err := typeurl.UnmarshalAny(resp.GetStats())
-	if err != nil {
-		t.Fatalf("Stats returned %s: %v", resp.GetStats().GetTypeUrl(), err)
-	}
-	m, ok := v.(*cgroupsv1.Metrics)
-	if !ok {
-		t.Fatalf("Stats returned %T (%s), want cgroup v1 metrics", v, resp.GetStats().GetTypeUrl())
-	}
-	return m.GetCPU().GetUsage().GetTotal()
+	return statsOf[*cgroupsv1.Metrics](t, k).GetCPU().GetUsage().GetTotal()
 }
 
 // TestCgroupV1PauseFreezes is TestCgroupV2InPrivateMount on the host's v1 hierarchies: Pause
