@@ -65,10 +65,12 @@ func printInfo(version, revision string) error {
 	}
 	out, err := proto.Marshal(info)
 	if err != nil {
-		return err
+		return fmt.Errorf("runtime info: %w", err)
 	}
-	_, err = os.Stdout.Write(out)
-	return err
+	if _, err := os.Stdout.Write(out); err != nil {
+		return fmt.Errorf("write runtime info: %w", err)
+	}
+	return nil
 }
 
 // runtimeFeatures is what `RUNTIME features` prints, checked to be a features document, as the
@@ -86,7 +88,7 @@ func runtimeFeatures(runtime string) (*anypb.Any, error) {
 	}
 	data, err := json.Marshal(&f)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s features: %w", runtime, err)
 	}
 	return &anypb.Any{TypeUrl: featuresURL, Value: data}, nil
 }
