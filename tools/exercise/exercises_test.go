@@ -98,6 +98,15 @@ func TestExercisesAreConsistent(t *testing.T) {
 			if top, _, _ := strings.Cut(ex.Check, "/"); !tests[top] {
 				t.Errorf("check %s: no test function %s in steps/%s", ex.Check, top, ex.Step)
 			}
+			if ex.Lib != "" {
+				if ex.Kind != Build {
+					t.Errorf("only a build exercise may name a library")
+				}
+				funcs, _ = declared(t, filepath.Join(root, filepath.FromSlash(ex.Lib)))
+			}
+			if ex.Page != "" && !strings.HasSuffix(ex.Page, ".md") {
+				t.Errorf("page %q is not a Markdown file", ex.Page)
+			}
 			switch ex.Kind {
 			case Build:
 				if len(ex.Funcs) == 0 || ex.Edit != nil {
@@ -105,7 +114,7 @@ func TestExercisesAreConsistent(t *testing.T) {
 				}
 				for _, name := range ex.Funcs {
 					if !funcs[name] {
-						t.Errorf("function %s is not declared in steps/%s", name, ex.Step)
+						t.Errorf("function %s is not declared in %s", name, ex.source())
 					}
 				}
 			case Break:
@@ -146,6 +155,16 @@ func TestExerciseCopiesCompile(t *testing.T) {
 			copyDir := filepath.Join(tmp, "copy")
 			if _, err := prepare(root, ex, copyDir); err != nil {
 				t.Fatal(err)
+			}
+			if ex.Lib != "" {
+				// The copy brings its own overlay: vet the library through it, and the step that
+				// the check runs with it.
+				vet := exec.Command("go", "vet", "-overlay", filepath.Join(copyDir, overlayFile), "./"+ex.Lib, "./steps/"+ex.Step)
+				vet.Dir = root
+				if msg, err := vet.CombinedOutput(); err != nil {
+					t.Errorf("go vet of the copy of exercise %s: %v\n%s", ex.ID, err, msg)
+				}
+				return
 			}
 			stepDir := filepath.Join(root, "steps", ex.Step)
 			files, err := filepath.Glob(filepath.Join(copyDir, "*.go"))
