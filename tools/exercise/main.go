@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command exercise prepares and checks the workshop exercises (DESIGN.md, "Workshop exercises").
+// Command exercise prepares and checks the workshop exercises (docs/workshop.md).
 // It runs from anywhere in the repository: `make exercise`, `make check` and `make exercises`
 // call it as go run ./tools/exercise list | make EX | check EX | verify [EX...].
 package main
