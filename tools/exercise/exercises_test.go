@@ -191,3 +191,42 @@ func TestExerciseCopiesCompile(t *testing.T) {
 		})
 	}
 }
+
+// A library exercise's copy holds the library's files without its tests, and an overlay that
+// lays each of them over the library; its check runs in the step through that overlay.
+func TestLibraryExerciseCopy(t *testing.T) {
+	root := testRoot(t)
+	ex, ok := lookup("06.4")
+	if !ok || ex.Lib == "" {
+		t.Fatal("exercise 06.4 is not a library exercise")
+	}
+	dest := filepath.Join(t.TempDir(), ex.ID)
+	if _, err := prepare(root, ex, dest); err != nil {
+		t.Fatal(err)
+	}
+	tests, err := filepath.Glob(filepath.Join(dest, "*_test.go"))
+	if err != nil || len(tests) > 0 {
+		t.Errorf("the copy holds tests %v (%v)", tests, err)
+	}
+	data, err := os.ReadFile(filepath.Join(dest, overlayFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overlay struct{ Replace map[string]string }
+	if err := json.Unmarshal(data, &overlay); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(root, filepath.FromSlash(ex.Lib), "reconnect.go")
+	if got := overlay.Replace[lib]; got != filepath.Join(dest, "reconnect.go") {
+		t.Errorf("overlay maps %s to %q", lib, got)
+	}
+	for from, to := range overlay.Replace {
+		if filepath.Dir(from) != filepath.Dir(lib) || filepath.Dir(to) != dest || filepath.Base(from) != filepath.Base(to) {
+			t.Errorf("overlay entry %s -> %s", from, to)
+		}
+	}
+	want := []string{"-overlay", filepath.Join(dest, overlayFile), "./steps/" + ex.Step}
+	if got := testTarget(root, ex, dest); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("testTarget = %q, want %q", got, want)
+	}
+}
