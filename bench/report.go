@@ -115,7 +115,7 @@ func (res *results) floorMarkdown(b *strings.Builder, o options) {
 		return
 	}
 	fmt.Fprintf(b, "\n%s\n\nskeleton: `%s`, steps/02-ttrpc built as the final shim is: containerd's Task API over ttrpc, "+
-		"the dependencies DESIGN.md prescribes, and no container. A skeleton above a target (skeleton/target over 1) "+
+		"the dependencies docs/architecture.md names, and no container. A skeleton above a target (skeleton/target over 1) "+
 		"means no shim on that transport can meet the target.\n\n", floorHeading, filepath.Base(o.skeleton))
 	b.WriteString("| metric | unit | skeleton median | skeleton p90 |")
 	align := "|---|---|---:|---:|"

@@ -17,7 +17,7 @@ import (
 )
 
 // The skeleton is steps/02-ttrpc's shim built as the final shim is: containerd's Task API served
-// over ttrpc, the dependencies DESIGN.md prescribes, and nothing else (no container, no runc, no
+// over ttrpc, the dependencies docs/architecture.md names, and nothing else (no container, no runc, no
 // stdio, no events). Any shim built on that transport costs at least what the skeleton costs, so
 // its memory says which memory targets a shim of this project can meet at all.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Lists, for each file name found in several steps, which steps hold byte-identical copies.
-# A fix made to one copy belongs in all of them ("a fix travels forward", DESIGN.md).
+# A fix made to one copy belongs in all of them ("a fix travels both ways", docs/architecture.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for name in $(find steps -mindepth 2 -maxdepth 2 -type f -printf '%f\n' | sort -u); do

@@ -33,8 +33,32 @@ type Exercise struct {
 	Check string
 	// Hint is one or two sentences that `make` prints.
 	Hint string
-	// Anchor is the GitHub anchor of the exercise's heading in steps/<Step>/README.md.
+	// Anchor is the GitHub anchor of the exercise's heading in its page.
 	Anchor string
+	// Page is the Markdown file, relative to the repository root, that holds the exercise's
+	// heading; empty means steps/<Step>/README.md.
+	Page string
+	// Lib (Build only), when set, is a package of the repository, such as "final/driver", whose
+	// functions Funcs names instead of the step's. The copy holds that package's files, and Check
+	// runs in the step with the copy laid over the package (go test -overlay): the step's own
+	// tests then drive the learner's version of the library, and nothing in the repository changes.
+	Lib string
+}
+
+// page is the Markdown file, relative to the repository root, holding the exercise's heading.
+func (ex Exercise) page() string {
+	if ex.Page != "" {
+		return ex.Page
+	}
+	return "steps/" + ex.Step + "/README.md"
+}
+
+// source is the directory, relative to the repository root, that the exercise copies.
+func (ex Exercise) source() string {
+	if ex.Lib != "" {
+		return ex.Lib
+	}
+	return "steps/" + ex.Step
 }
 
 // Edit replaces the only occurrence of Old in File (relative to the step directory) with New.
@@ -378,6 +402,23 @@ var exercises = []Exercise{
 		Hint: "Nobody listens at TTRPC_ADDRESS while the container runs and exits. Predict which events " +
 			"reach the driver that comes back, and what would change with step 05's five attempts.",
 		Anchor: "exercise-063-give-up-on-containerd",
+	},
+	{
+		// docs/containerd-side.md heading: "### Exercise 06.4: write the reconnect"
+		ID:    "06.4",
+		Step:  "06-reconnect",
+		Kind:  Build,
+		Title: "write the driver's reconnect: find every shim again after a restart, or clean up after it",
+		Lib:   "final/driver",
+		Funcs: []string{"Driver.Reconnect", "Driver.reconnect", "isGone"},
+		Check: "TestDeadShimIsCleanedUp",
+		Hint: "Reconnect lists the bundles (d.Tasks) and calls reconnect on each, joining the errors. " +
+			"reconnect dials the address in bootstrap.json (d.Connect); a shim that answers is asked " +
+			"Connect and State (NotFound means a shim without a task). When nobody answers (isGone: " +
+			"no file, no socket, connection refused), run the shim's delete action (d.DeleteShim), " +
+			"remove the bundle and report the exit it returned as DELETED.",
+		Anchor: "exercise-064-write-the-reconnect",
+		Page:   "docs/containerd-side.md",
 	},
 }
 

@@ -98,6 +98,15 @@ func TestExercisesAreConsistent(t *testing.T) {
 			if top, _, _ := strings.Cut(ex.Check, "/"); !tests[top] {
 				t.Errorf("check %s: no test function %s in steps/%s", ex.Check, top, ex.Step)
 			}
+			if ex.Lib != "" {
+				if ex.Kind != Build {
+					t.Errorf("only a build exercise may name a library")
+				}
+				funcs, _ = declared(t, filepath.Join(root, filepath.FromSlash(ex.Lib)))
+			}
+			if ex.Page != "" && !strings.HasSuffix(ex.Page, ".md") {
+				t.Errorf("page %q is not a Markdown file", ex.Page)
+			}
 			switch ex.Kind {
 			case Build:
 				if len(ex.Funcs) == 0 || ex.Edit != nil {
@@ -105,7 +114,7 @@ func TestExercisesAreConsistent(t *testing.T) {
 				}
 				for _, name := range ex.Funcs {
 					if !funcs[name] {
-						t.Errorf("function %s is not declared in steps/%s", name, ex.Step)
+						t.Errorf("function %s is not declared in %s", name, ex.source())
 					}
 				}
 			case Break:
@@ -147,6 +156,16 @@ func TestExerciseCopiesCompile(t *testing.T) {
 			if _, err := prepare(root, ex, copyDir); err != nil {
 				t.Fatal(err)
 			}
+			if ex.Lib != "" {
+				// The copy brings its own overlay: vet the library through it, and the step that
+				// the check runs with it.
+				vet := exec.Command("go", "vet", "-overlay", filepath.Join(copyDir, overlayFile), "./"+ex.Lib, "./steps/"+ex.Step)
+				vet.Dir = root
+				if msg, err := vet.CombinedOutput(); err != nil {
+					t.Errorf("go vet of the copy of exercise %s: %v\n%s", ex.ID, err, msg)
+				}
+				return
+			}
 			stepDir := filepath.Join(root, "steps", ex.Step)
 			files, err := filepath.Glob(filepath.Join(copyDir, "*.go"))
 			if err != nil {
@@ -170,5 +189,44 @@ func TestExerciseCopiesCompile(t *testing.T) {
 				t.Errorf("go vet of the copy of exercise %s: %v\n%s", ex.ID, err, msg)
 			}
 		})
+	}
+}
+
+// A library exercise's copy holds the library's files without its tests, and an overlay that
+// lays each of them over the library; its check runs in the step through that overlay.
+func TestLibraryExerciseCopy(t *testing.T) {
+	root := testRoot(t)
+	ex, ok := lookup("06.4")
+	if !ok || ex.Lib == "" {
+		t.Fatal("exercise 06.4 is not a library exercise")
+	}
+	dest := filepath.Join(t.TempDir(), ex.ID)
+	if _, err := prepare(root, ex, dest); err != nil {
+		t.Fatal(err)
+	}
+	tests, err := filepath.Glob(filepath.Join(dest, "*_test.go"))
+	if err != nil || len(tests) > 0 {
+		t.Errorf("the copy holds tests %v (%v)", tests, err)
+	}
+	data, err := os.ReadFile(filepath.Join(dest, overlayFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overlay struct{ Replace map[string]string }
+	if err := json.Unmarshal(data, &overlay); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(root, filepath.FromSlash(ex.Lib), "reconnect.go")
+	if got := overlay.Replace[lib]; got != filepath.Join(dest, "reconnect.go") {
+		t.Errorf("overlay maps %s to %q", lib, got)
+	}
+	for from, to := range overlay.Replace {
+		if filepath.Dir(from) != filepath.Dir(lib) || filepath.Dir(to) != dest || filepath.Base(from) != filepath.Base(to) {
+			t.Errorf("overlay entry %s -> %s", from, to)
+		}
+	}
+	want := []string{"-overlay", filepath.Join(dest, overlayFile), "./steps/" + ex.Step}
+	if got := testTarget(root, ex, dest); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("testTarget = %q, want %q", got, want)
 	}
 }

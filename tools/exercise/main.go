@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command exercise prepares and checks the workshop exercises (DESIGN.md, "Workshop exercises").
+// Command exercise prepares and checks the workshop exercises (docs/workshop.md).
 // It runs from anywhere in the repository: `make exercise`, `make check` and `make exercises`
 // call it as go run ./tools/exercise list | make EX | check EX | verify [EX...].
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -129,10 +130,13 @@ func makeExercise(root string, ex Exercise) error {
 	if replaced {
 		fmt.Printf("replaced the earlier %s\n", rel)
 	}
-	fmt.Printf("%s: steps/%s with %s\n\n", rel, ex.Step, did)
+	fmt.Printf("%s: %s with %s\n\n", rel, ex.source(), did)
 	fmt.Printf("Exercise %s (%s): %s\n", ex.ID, ex.Kind, ex.Title)
 	fmt.Printf("Hint: %s\n", ex.Hint)
-	fmt.Printf("Read: steps/%s/README.md#%s\n\n", ex.Step, ex.Anchor)
+	fmt.Printf("Read: %s#%s\n\n", ex.page(), ex.Anchor)
+	if ex.Lib != "" {
+		fmt.Printf("make check runs the tests of steps/%s with %s in place of %s.\n", ex.Step, rel, ex.Lib)
+	}
 	if ex.Kind == Build {
 		fmt.Printf("Fill in the stubs in %s, then run:  make check EX=%s\n", rel, ex.ID)
 	} else {
@@ -141,16 +145,24 @@ func makeExercise(root string, ex Exercise) error {
 	return nil
 }
 
-// prepare makes dest a copy of the exercise's step (its files, not its subdirectories) with the
-// exercise applied, replacing whatever dest held. It says what it changed.
+// prepare makes dest a copy of the exercise's step or library (its files, not its
+// subdirectories) with the exercise applied, replacing whatever dest held. It says what it
+// changed.
 func prepare(root string, ex Exercise, dest string) (string, error) {
-	src := filepath.Join(root, "steps", ex.Step)
-	if err := copyFiles(src, dest); err != nil {
+	src := filepath.Join(root, filepath.FromSlash(ex.source()))
+	if err := copyFiles(src, dest, ex.Lib == ""); err != nil {
 		return "", err
 	}
 	switch ex.Kind {
 	case Build:
-		return stubDir(dest, src, ex)
+		did, err := stubDir(dest, src, ex)
+		if err != nil || ex.Lib == "" {
+			return did, err
+		}
+		if err := writeOverlay(src, dest); err != nil {
+			return "", fmt.Errorf("exercise %s: %w", ex.ID, err)
+		}
+		return did, nil
 	case Break:
 		if ex.Edit == nil {
 			return "", fmt.Errorf("exercise %s: a break exercise needs an Edit", ex.ID)
@@ -172,7 +184,34 @@ func prepare(root string, ex Exercise, dest string) (string, error) {
 	return "", fmt.Errorf("exercise %s: unknown kind %q", ex.ID, ex.Kind)
 }
 
-func copyFiles(src, dest string) error {
+// overlayFile is the go build -overlay file that a library exercise's copy holds: it lays the
+// copy's Go files over the library's.
+const overlayFile = "overlay.json"
+
+// writeOverlay writes dest/overlay.json, replacing each Go file of the library in src by its
+// copy in dest.
+func writeOverlay(src, dest string) error {
+	files, err := filepath.Glob(filepath.Join(dest, "*.go"))
+	if err != nil {
+		return fmt.Errorf("list copy: %w", err)
+	}
+	replace := map[string]string{}
+	for _, f := range files {
+		replace[filepath.Join(src, filepath.Base(f))] = f
+	}
+	data, err := json.MarshalIndent(map[string]map[string]string{"Replace": replace}, "", "\t")
+	if err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dest, overlayFile), append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	return nil
+}
+
+// copyFiles copies the regular files of src into a fresh dest. Without withTests it leaves the
+// _test.go files out: a library's tests are not what its exercise checks.
+func copyFiles(src, dest string, withTests bool) error {
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		return fmt.Errorf("read step: %w", err)
@@ -184,7 +223,7 @@ func copyFiles(src, dest string) error {
 		return fmt.Errorf("create copy: %w", err)
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() {
+		if !e.Type().IsRegular() || (!withTests && strings.HasSuffix(e.Name(), "_test.go")) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(src, e.Name()))
@@ -208,7 +247,7 @@ func stubDir(dir, stepDir string, ex Exercise) (string, error) {
 		return "", fmt.Errorf("list copy: %w", err)
 	}
 	message := func(name string) string {
-		return fmt.Sprintf("exercise %s: implement %s; see steps/%s/README.md#%s", ex.ID, name, ex.Step, ex.Anchor)
+		return fmt.Sprintf("exercise %s: implement %s; see %s#%s", ex.ID, name, ex.page(), ex.Anchor)
 	}
 	found := map[string]bool{}
 	var report []string
@@ -241,10 +280,21 @@ func stubDir(dir, stepDir string, ex Exercise) (string, error) {
 	}
 	for _, name := range ex.Funcs {
 		if !found[name] {
-			return "", fmt.Errorf("exercise %s: function %s not found in steps/%s", ex.ID, name, ex.Step)
+			return "", fmt.Errorf("exercise %s: function %s not found in %s", ex.ID, name, ex.source())
 		}
 	}
 	return strings.Join(report, "; "), nil
+}
+
+// testTarget is the end of the go test command line that runs an exercise's check against its
+// copy in dir: the copy itself, or, for a library exercise, the step with the copy laid over the
+// library.
+func testTarget(root string, ex Exercise, dir string) []string {
+	if ex.Lib != "" {
+		return []string{"-overlay", filepath.Join(dir, overlayFile), "./steps/" + ex.Step}
+	}
+	rel, _ := filepath.Rel(root, dir)
+	return []string{"./" + filepath.ToSlash(rel)}
 }
 
 // check runs the exercise's test against its copy and exits as go test does.
@@ -253,8 +303,7 @@ func check(root string, ex Exercise) (int, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return 0, fmt.Errorf("no copy of exercise %s (%w); make exercise EX=%s creates it", ex.ID, err, ex.ID)
 	}
-	rel, _ := filepath.Rel(root, dir)
-	cmd := exec.Command("go", "test", "-count=1", "-run", "^"+ex.Check+"$", "./"+filepath.ToSlash(rel))
+	cmd := exec.Command("go", append([]string{"test", "-count=1", "-run", "^" + ex.Check + "$"}, testTarget(root, ex, dir)...)...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	fmt.Fprintln(os.Stderr, strings.Join(cmd.Args, " "))

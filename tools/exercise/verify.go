@@ -40,6 +40,7 @@ type outcome struct {
 // testRun is one go test -json invocation of a single package and what it reported.
 type testRun struct {
 	pkg      string   // "./steps/01-bootstrap"
+	args     []string // before pkg: "-overlay FILE" for a library exercise's copy
 	tests    []string // checks whose outcome is wanted
 	result   map[string]string
 	buildErr bool
@@ -65,7 +66,8 @@ func (r *testRun) run(ctx context.Context, root string) {
 	if len(r.tests) > 1 {
 		pattern = "^(" + strings.Join(tops, "|") + ")$"
 	}
-	cmd := exec.CommandContext(ctx, "go", "test", "-json", "-count=1", "-run", pattern, r.pkg)
+	args := append([]string{"test", "-json", "-count=1", "-run", pattern}, r.args...)
+	cmd := exec.CommandContext(ctx, "go", append(args, r.pkg)...)
 	cmd.Dir = root
 	// On interrupt let go test stop its test binary, whose cleanups stop the shims it started.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -187,8 +189,9 @@ func verify(root string, exs []Exercise, w io.Writer) (int, error) {
 		if _, err := prepare(root, ex, dest); err != nil {
 			rows[i].stub = outcome{false, err.Error()}
 		} else {
-			rel, _ := filepath.Rel(root, dest)
-			stubRun[i] = &testRun{pkg: "./" + filepath.ToSlash(rel), tests: []string{ex.Check}}
+			target := testTarget(root, ex, dest)
+			last := len(target) - 1
+			stubRun[i] = &testRun{pkg: target[last], args: target[:last], tests: []string{ex.Check}}
 			runs = append(runs, stubRun[i])
 		}
 		sr := stepRun[ex.Step]
@@ -216,7 +219,7 @@ func verify(root string, exs []Exercise, w io.Writer) (int, error) {
 			r.run(ctx, root)
 			mu.Lock()
 			defer mu.Unlock()
-			fmt.Fprintf(w, "ran %s -run %s (%.1fs)\n", r.pkg, strings.Join(r.tests, ","), r.took.Seconds())
+			fmt.Fprintf(w, "ran %s -run %s (%.1fs)\n", strings.Join(append(slices.Clone(r.args), r.pkg), " "), strings.Join(r.tests, ","), r.took.Seconds())
 		})
 	}
 	wg.Wait()
@@ -226,7 +229,7 @@ func verify(root string, exs []Exercise, w io.Writer) (int, error) {
 	report := func(what string, r *testRun) {
 		if !shown[r] {
 			shown[r] = true
-			fmt.Fprintf(w, "\n--- %s (go test %s):\n%s", what, r.pkg, r.output.String())
+			fmt.Fprintf(w, "\n--- %s (go test %s):\n%s", what, strings.Join(append(slices.Clone(r.args), r.pkg), " "), r.output.String())
 		}
 	}
 	for i := range rows {
@@ -268,9 +271,9 @@ func cell(o outcome) string {
 	return "NO: " + o.note
 }
 
-// checkAnchor reports whether the step's README has the exercise's heading.
+// checkAnchor reports whether the exercise's page (the step's README, as a rule) has its heading.
 func checkAnchor(root string, ex Exercise) outcome {
-	readme := filepath.Join("steps", ex.Step, "README.md")
+	readme := filepath.FromSlash(ex.page())
 	data, err := os.ReadFile(filepath.Join(root, readme))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
