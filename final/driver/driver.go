@@ -75,7 +75,7 @@ func (d *Driver) CreateBundle(id string) (string, error) {
 	return b, nil
 }
 
-// command builds a shim invocation the way containerd v2.4 pkg/shim/util.go Command does.
+// command builds a shim invocation the way containerd v2.4 core/runtime/v2/command.go command does.
 func (d *Driver) command(ctx context.Context, bundle string, args ...string) *exec.Cmd {
 	self, _ := os.Executable()
 	base := []string{"-namespace", d.Namespace, "-address", d.Address, "-publish-binary", self}

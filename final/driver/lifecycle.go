@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Taking a task down. Mirrors shimTask.delete and shim.Delete in containerd v2.4
-// core/runtime/v2/shim.go (Delete, then Shutdown, then the bundle); unlike containerd, which runs
-// the shim binary's delete action only for a shim that died, the driver runs it every time: it is
-// idempotent, and it stops a shim that ignored Shutdown.
+// core/runtime/v2/shim.go (Delete, then Shutdown, then the bundle). containerd runs the shim
+// binary's delete action from the connection's close callback (cleanupAfterDeadShim), so after
+// every shim it takes down, not only after one that died; the driver runs it every time too, in
+// line rather than from a callback: it is idempotent, and it stops a shim that ignored Shutdown.
 
 package driver
 
