@@ -37,16 +37,19 @@ var groupLabels = []string{"io.containerd.shimwalk.v2.group", "io.kubernetes.cri
 
 // request is what start learned from its caller.
 type request struct {
-	bootstrap  bool // containerd 2.3+: BootstrapParams in, BootstrapResult out
-	socketDir  string
-	shimCgroup string // the ShimCgroup runtime option: where the long-lived shim goes
+	bootstrap bool // containerd 2.3+: BootstrapParams in, BootstrapResult out
+	socketDir string
+	// grpcAddress is containerd's own address, part of the socket's name: shims of two
+	// containerds on one host never meet, even for the same namespace and id.
+	grpcAddress string
+	shimCgroup  string // the ShimCgroup runtime option: where the long-lived shim goes
 }
 
 // readRequest reads start's stdin: BootstrapParams from containerd 2.3 and later, the runtime
 // options as an Any (or nothing) from earlier ones. Both begin with a string in field 1, so
 // BootstrapParams is recognised by carrying this very instance id and namespace.
 func readRequest(f flags, in []byte) (request, error) {
-	r := request{socketDir: os.Getenv("SHIMWALK_SOCKET_DIR")}
+	r := request{socketDir: os.Getenv("SHIMWALK_SOCKET_DIR"), grpcAddress: f.address}
 	var (
 		params bootapi.BootstrapParams
 		err    error
@@ -56,6 +59,7 @@ func readRequest(f flags, in []byte) (request, error) {
 		if d := params.GetSocketDir(); d != "" {
 			r.socketDir = d
 		}
+		r.grpcAddress = params.GetContainerdGrpcAddress()
 		for _, ext := range params.GetExtensions() {
 			// Extensions are sections of any kind (CRI, NRI, sandbox configuration), found by
 			// type, as containerd's runc shim finds its options with FindExtension. Only the
@@ -112,9 +116,12 @@ func group(f flags) (string, error) {
 	return f.id, nil
 }
 
-// socketPath hashes namespace and group into a name short enough for the 108-byte limit.
-func socketPath(dir, namespace, group string) string {
-	sum := sha256.Sum256([]byte(namespace + "/" + group))
+// socketPath names the socket of a shim by a hash, short enough for the 108-byte limit, of
+// containerd's address, the namespace and the group, joined as paths: the derivation of
+// CreateSocketAddress in containerd's pkg/shim, so that a shim is found where containerd's
+// runc shim would be, and two containerds sharing a socket directory never share a shim.
+func socketPath(dir, grpcAddress, namespace, group string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(grpcAddress, namespace, group)))
 	return filepath.Join(dir, hex.EncodeToString(sum[:]))
 }
 
@@ -133,7 +140,7 @@ func start(f flags) error {
 	if err != nil {
 		return err
 	}
-	path := socketPath(req.socketDir, f.namespace, g)
+	path := socketPath(req.socketDir, req.grpcAddress, f.namespace, g)
 	address := "unix://" + path
 	ln, err := listen(path)
 	if errors.Is(err, unix.EADDRINUSE) {
