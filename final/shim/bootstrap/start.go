@@ -232,14 +232,11 @@ func reply(req request, address string) error {
 	}{min(version, 3), address, "ttrpc"})
 }
 
-// listen creates the socket directory 0700 and the socket 0600. A socket file nobody listens
-// on is a leftover of a dead shim and is replaced; a live one yields EADDRINUSE.
+// listen makes the socket directory and binds the socket 0600 in it. A socket file nobody
+// listens on is a leftover of a dead shim and is replaced; a live one yields EADDRINUSE.
 func listen(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create socket directory: %w", err)
-	}
-	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("restrict socket directory: %w", err)
+	if err := makeSocketDir(filepath.Dir(path)); err != nil {
+		return nil, err
 	}
 	ln, err := listenUnix(path)
 	if errors.Is(err, unix.EADDRINUSE) {
@@ -256,6 +253,59 @@ func listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// makeSocketDir creates what is missing of dir, each new directory 0700, and changes nothing
+// that exists: the directory may be containerd's own (socket_dir) or one an operator shares.
+// dir, and every directory the shim had to create, must be a real directory of the shim's own
+// uid: a directory another user made first (or a symlink to one) would let that user put a
+// socket of theirs at the predictable name, which containerd would take for the shim.
+func makeSocketDir(dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("socket directory: %w", err)
+		}
+		missing = append(missing, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		// EEXIST: someone made it since the look above; the check below decides.
+		if err := os.Mkdir(missing[i], 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create socket directory: %w", err)
+		}
+	}
+	if len(missing) == 0 || missing[0] != dir {
+		missing = append(missing, dir)
+	}
+	for _, p := range missing {
+		if err := ownDirectory(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownDirectory refuses p unless it is a directory, not a symlink, of the shim's own uid.
+func ownDirectory(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return fmt.Errorf("socket directory: %w", &os.PathError{Op: "lstat", Path: p, Err: err})
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return fmt.Errorf("socket directory %s is a symlink", p)
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("socket directory %s is not a directory", p)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("socket directory %s belongs to uid %d, not to the shim's uid %d", p, st.Uid, os.Geteuid())
+	}
+	return nil
 }
 
 func listenUnix(path string) (*net.UnixListener, error) {
