@@ -321,13 +321,24 @@ func listenUnix(path string) (*net.UnixListener, error) {
 }
 
 // openLogFIFO opens the FIFO without blocking: with no reader the open fails with ENXIO instead
-// of hanging the shim.
+// of hanging the shim. The check and the open are of one inode: the name is opened once, as an
+// O_PATH handle that does not follow a symlink, the handle is checked, and the FIFO is reopened
+// through it (/proc/self/fd), the way containerd/fifo opens a FIFO. A check of the name and a
+// second open of the name would follow a symlink swapped in between.
 func openLogFIFO(name string) (*os.File, error) {
+	h, err := unix.Open(name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	defer unix.Close(h)
 	var st unix.Stat_t
-	if err := unix.Lstat(name, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+	if err := unix.Fstat(h, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", name, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return nil, fmt.Errorf("%s is not a FIFO", name)
 	}
-	fd, err := unix.Open(name, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", h), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
