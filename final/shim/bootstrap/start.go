@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -154,28 +155,75 @@ func start(f flags) error {
 		return err
 	}
 	defer ln.Close()
-	if err := spawn(f, ln, path, req.shimCgroup); err != nil {
-		os.Remove(path)
+	shim, err := spawn(f, ln, req.shimCgroup)
+	if err != nil {
+		removeSocket(path)
 		return err
 	}
-	// containerd 1.6 reads this file when it reconnects to running shims after a restart.
-	if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
+	// From here on a failure must not leave a shim serving that nobody knows of: containerd
+	// sees the start fail and never sends it Shutdown.
+	if err := launched(shim.Process.Pid, address); err != nil {
+		_ = shim.Process.Kill()
+		_ = shim.Wait()
+		removeSocket(path)
 		return err
 	}
+	_ = shim.Process.Release() // re-parented; it lives on
 	return reply(req, address)
 }
 
+// launched records a freshly started long-lived shim: its pid, its address (which containerd
+// 1.6 reads when it reconnects to running shims after a restart), and its OOM score.
+func launched(pid int, address string) error {
+	if err := fsutil.WriteFileAtomic("shim.pid", []byte(strconv.Itoa(pid)), 0o600); err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
+		return err
+	}
+	return adjustOOMScore(pid)
+}
+
+// adjustOOMScore makes the shim the OOM killer's choice before containerd, as containerd's runc
+// shim does (AdjustOOMScore in pkg/shim): one more than the score of the helper's parent, which
+// is containerd, capped at the kernel's maximum.
+func adjustOOMScore(pid int) error {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", os.Getppid()))
+	if err != nil {
+		return fmt.Errorf("read the caller's OOM score: %w", err)
+	}
+	score, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("read the caller's OOM score: %w", err)
+	}
+	score = min(score+1, 1000)
+	err = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(score)), 0)
+	// Unprivileged, the shim may not lower a score it inherited; like containerd's runc shim
+	// it then keeps the one it has.
+	if err != nil && !(errors.Is(err, os.ErrPermission) && os.Geteuid() != 0) {
+		return fmt.Errorf("set the shim's OOM score: %w", err)
+	}
+	return nil
+}
+
+// removeSocket removes the socket a failed start bound. Its own failure goes unreported: the
+// start's error is the one line containerd shows, and a socket left behind is replaced by the
+// next start, which finds nobody listening on it.
+func removeSocket(path string) {
+	_ = os.Remove(path)
+}
+
 // spawn re-executes the shim to serve on ln, in a process group of its own (and in shimCgroup,
-// when the runtime options name one), and records its pid.
-func spawn(f flags, ln *net.UnixListener, path, shimCgroup string) error {
+// when the runtime options name one). The caller releases the process once it is recorded.
+func spawn(f flags, ln *net.UnixListener, shimCgroup string) (*exec.Cmd, error) {
 	file, err := ln.File()
 	if err != nil {
-		return fmt.Errorf("socket file descriptor: %w", err)
+		return nil, fmt.Errorf("socket file descriptor: %w", err)
 	}
 	defer file.Close()
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("find own executable: %w", err)
+		return nil, fmt.Errorf("find own executable: %w", err)
 	}
 	args := []string{"-namespace", f.namespace, "-id", f.id, "-address", f.address}
 	if f.publishBinary != "" {
@@ -191,18 +239,16 @@ func spawn(f flags, ln *net.UnixListener, path, shimCgroup string) error {
 	// Its own process group keeps a Ctrl-C aimed at the caller's terminal away from it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start long-lived shim: %w", err)
+		return nil, fmt.Errorf("start long-lived shim: %w", err)
 	}
-	pid := cmd.Process.Pid
 	if shimCgroup != "" {
-		if err := cgroups.Join(shimCgroup, pid); err != nil {
+		if err := cgroups.Join(shimCgroup, cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			return err
+			return nil, err
 		}
 	}
-	_ = cmd.Process.Release() // re-parented; it lives on
-	return fsutil.WriteFileAtomic("shim.pid", []byte(strconv.Itoa(pid)), 0o600)
+	return cmd, nil
 }
 
 // reply prints the address in the form the caller reads.
