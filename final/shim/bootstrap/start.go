@@ -173,13 +173,22 @@ func start(f flags) error {
 }
 
 // launched records a freshly started long-lived shim: its pid, its address (which containerd
-// 1.6 reads when it reconnects to running shims after a restart), and its OOM score.
-func launched(pid int, address string) error {
-	if err := fsutil.WriteFileAtomic("shim.pid", []byte(strconv.Itoa(pid)), 0o600); err != nil {
-		return err
-	}
-	if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
-		return err
+// 1.6 reads when it reconnects to running shims after a restart), and its OOM score. On failure
+// it removes what it wrote: both files would name a shim that is about to be killed.
+func launched(pid int, address string) (err error) {
+	var written []string
+	defer func() {
+		if err != nil {
+			for _, name := range written {
+				_ = os.Remove(name)
+			}
+		}
+	}()
+	for _, file := range []struct{ name, data string }{{"shim.pid", strconv.Itoa(pid)}, {"address", address}} {
+		if err := fsutil.WriteFileAtomic(file.name, []byte(file.data), 0o600); err != nil {
+			return err
+		}
+		written = append(written, file.name)
 	}
 	return adjustOOMScore(pid)
 }

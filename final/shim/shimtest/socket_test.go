@@ -168,6 +168,11 @@ func TestFailedStartLeavesNoShim(t *testing.T) {
 			if entries, _ := os.ReadDir(c.sockets); len(entries) > 0 {
 				t.Errorf("the failed start left %s in the socket directory", entries[0].Name())
 			}
+			for _, other := range []string{"shim.pid", "address"} {
+				if st, err := os.Lstat(filepath.Join(c.dir, other)); other != name && err == nil {
+					t.Errorf("the failed start left %s (%v) naming a shim it killed", other, st.Mode())
+				}
+			}
 			if pids := processesWithArg(c.address); len(pids) > 0 {
 				t.Errorf("the failed start left shim %v running", pids)
 				for _, pid := range pids {
