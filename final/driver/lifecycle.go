@@ -45,8 +45,12 @@ func (d *Driver) RemoveShim(ctx context.Context, c *Conn, id string) error {
 	var errs []error
 	if c != nil {
 		shimPid, _ := ReadPidFile(filepath.Join(d.Bundle(id), "shim.pid"))
-		// The shim may close the connection before its reply leaves: that is a shutdown too.
+		// A shim may close the connection before its reply leaves (the steps' shims do, and
+		// containerd's runc shim may): that is a shutdown too, as containerd reads it.
 		_, err := c.Task.Shutdown(ctx, &taskapi.ShutdownRequest{ID: id})
+		// Closed at once, as containerd closes its client after Shutdown: the final shim
+		// waits for its clients to hang up before it exits.
+		c.Close()
 		if err != nil && !errors.Is(err, ttrpc.ErrClosed) {
 			errs = append(errs, fmt.Errorf("shutdown %s: %w", id, err))
 		} else if shimPid > 0 && Listening(d.TTRPCAddress) {
@@ -55,7 +59,6 @@ func (d *Driver) RemoveShim(ctx context.Context, c *Conn, id string) error {
 			// there is nothing to wait for: the events are lost either way.
 			waitExit(ctx, shimPid, shimExitGrace)
 		}
-		c.Close()
 	}
 	if _, err := d.DeleteShim(ctx, id); err != nil {
 		// The bundle holds shim.pid: without it a shim that is still alive could not be found

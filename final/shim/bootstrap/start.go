@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,16 +38,19 @@ var groupLabels = []string{"io.containerd.shimwalk.v2.group", "io.kubernetes.cri
 
 // request is what start learned from its caller.
 type request struct {
-	bootstrap  bool // containerd 2.3+: BootstrapParams in, BootstrapResult out
-	socketDir  string
-	shimCgroup string // the ShimCgroup runtime option: where the long-lived shim goes
+	bootstrap bool // containerd 2.3+: BootstrapParams in, BootstrapResult out
+	socketDir string
+	// grpcAddress is containerd's own address, part of the socket's name: shims of two
+	// containerds on one host never meet, even for the same namespace and id.
+	grpcAddress string
+	shimCgroup  string // the ShimCgroup runtime option: where the long-lived shim goes
 }
 
 // readRequest reads start's stdin: BootstrapParams from containerd 2.3 and later, the runtime
 // options as an Any (or nothing) from earlier ones. Both begin with a string in field 1, so
 // BootstrapParams is recognised by carrying this very instance id and namespace.
 func readRequest(f flags, in []byte) (request, error) {
-	r := request{socketDir: os.Getenv("SHIMWALK_SOCKET_DIR")}
+	r := request{socketDir: os.Getenv("SHIMWALK_SOCKET_DIR"), grpcAddress: f.address}
 	var (
 		params bootapi.BootstrapParams
 		err    error
@@ -56,6 +60,7 @@ func readRequest(f flags, in []byte) (request, error) {
 		if d := params.GetSocketDir(); d != "" {
 			r.socketDir = d
 		}
+		r.grpcAddress = params.GetContainerdGrpcAddress()
 		for _, ext := range params.GetExtensions() {
 			// Extensions are sections of any kind (CRI, NRI, sandbox configuration), found by
 			// type, as containerd's runc shim finds its options with FindExtension. Only the
@@ -112,9 +117,12 @@ func group(f flags) (string, error) {
 	return f.id, nil
 }
 
-// socketPath hashes namespace and group into a name short enough for the 108-byte limit.
-func socketPath(dir, namespace, group string) string {
-	sum := sha256.Sum256([]byte(namespace + "/" + group))
+// socketPath names the socket of a shim by a hash, short enough for the 108-byte limit, of
+// containerd's address, the namespace and the group, joined as paths: the derivation of
+// CreateSocketAddress in containerd's pkg/shim, so that a shim is found where containerd's
+// runc shim would be, and two containerds sharing a socket directory never share a shim.
+func socketPath(dir, grpcAddress, namespace, group string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(grpcAddress, namespace, group)))
 	return filepath.Join(dir, hex.EncodeToString(sum[:]))
 }
 
@@ -133,7 +141,7 @@ func start(f flags) error {
 	if err != nil {
 		return err
 	}
-	path := socketPath(req.socketDir, f.namespace, g)
+	path := socketPath(req.socketDir, req.grpcAddress, f.namespace, g)
 	address := "unix://" + path
 	ln, err := listen(path)
 	if errors.Is(err, unix.EADDRINUSE) {
@@ -147,28 +155,84 @@ func start(f flags) error {
 		return err
 	}
 	defer ln.Close()
-	if err := spawn(f, ln, path, req.shimCgroup); err != nil {
-		os.Remove(path)
+	shim, err := spawn(f, ln, req.shimCgroup)
+	if err != nil {
+		removeSocket(path)
 		return err
 	}
-	// containerd 1.6 reads this file when it reconnects to running shims after a restart.
-	if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
+	// From here on a failure must not leave a shim serving that nobody knows of: containerd
+	// sees the start fail and never sends it Shutdown.
+	if err := launched(shim.Process.Pid, address); err != nil {
+		_ = shim.Process.Kill()
+		_ = shim.Wait()
+		removeSocket(path)
 		return err
 	}
+	_ = shim.Process.Release() // re-parented; it lives on
 	return reply(req, address)
 }
 
+// launched records a freshly started long-lived shim: its pid, its address (which containerd
+// 1.6 reads when it reconnects to running shims after a restart), and its OOM score. On failure
+// it removes what it wrote: both files would name a shim that is about to be killed.
+func launched(pid int, address string) (err error) {
+	var written []string
+	defer func() {
+		if err != nil {
+			for _, name := range written {
+				_ = os.Remove(name)
+			}
+		}
+	}()
+	for _, file := range []struct{ name, data string }{{"shim.pid", strconv.Itoa(pid)}, {"address", address}} {
+		if err := fsutil.WriteFileAtomic(file.name, []byte(file.data), 0o600); err != nil {
+			return err
+		}
+		written = append(written, file.name)
+	}
+	return adjustOOMScore(pid)
+}
+
+// adjustOOMScore makes the shim the OOM killer's choice before containerd, as containerd's runc
+// shim does (AdjustOOMScore in pkg/shim): one more than the score of the helper's parent, which
+// is containerd, capped at the kernel's maximum.
+func adjustOOMScore(pid int) error {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", os.Getppid()))
+	if err != nil {
+		return fmt.Errorf("read the caller's OOM score: %w", err)
+	}
+	score, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("read the caller's OOM score: %w", err)
+	}
+	score = min(score+1, 1000)
+	err = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(score)), 0)
+	// Unprivileged, the shim may not lower a score it inherited; like containerd's runc shim
+	// it then keeps the one it has.
+	if err != nil && !(errors.Is(err, os.ErrPermission) && os.Geteuid() != 0) {
+		return fmt.Errorf("set the shim's OOM score: %w", err)
+	}
+	return nil
+}
+
+// removeSocket removes the socket a failed start bound. Its own failure goes unreported: the
+// start's error is the one line containerd shows, and a socket left behind is replaced by the
+// next start, which finds nobody listening on it.
+func removeSocket(path string) {
+	_ = os.Remove(path)
+}
+
 // spawn re-executes the shim to serve on ln, in a process group of its own (and in shimCgroup,
-// when the runtime options name one), and records its pid.
-func spawn(f flags, ln *net.UnixListener, path, shimCgroup string) error {
+// when the runtime options name one). The caller releases the process once it is recorded.
+func spawn(f flags, ln *net.UnixListener, shimCgroup string) (*exec.Cmd, error) {
 	file, err := ln.File()
 	if err != nil {
-		return fmt.Errorf("socket file descriptor: %w", err)
+		return nil, fmt.Errorf("socket file descriptor: %w", err)
 	}
 	defer file.Close()
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("find own executable: %w", err)
+		return nil, fmt.Errorf("find own executable: %w", err)
 	}
 	args := []string{"-namespace", f.namespace, "-id", f.id, "-address", f.address}
 	if f.publishBinary != "" {
@@ -184,18 +248,16 @@ func spawn(f flags, ln *net.UnixListener, path, shimCgroup string) error {
 	// Its own process group keeps a Ctrl-C aimed at the caller's terminal away from it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start long-lived shim: %w", err)
+		return nil, fmt.Errorf("start long-lived shim: %w", err)
 	}
-	pid := cmd.Process.Pid
 	if shimCgroup != "" {
-		if err := cgroups.Join(shimCgroup, pid); err != nil {
+		if err := cgroups.Join(shimCgroup, cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			return err
+			return nil, err
 		}
 	}
-	_ = cmd.Process.Release() // re-parented; it lives on
-	return fsutil.WriteFileAtomic("shim.pid", []byte(strconv.Itoa(pid)), 0o600)
+	return cmd, nil
 }
 
 // reply prints the address in the form the caller reads.
@@ -225,14 +287,11 @@ func reply(req request, address string) error {
 	}{min(version, 3), address, "ttrpc"})
 }
 
-// listen creates the socket directory 0700 and the socket 0600. A socket file nobody listens
-// on is a leftover of a dead shim and is replaced; a live one yields EADDRINUSE.
+// listen makes the socket directory and binds the socket 0600 in it. A socket file nobody
+// listens on is a leftover of a dead shim and is replaced; a live one yields EADDRINUSE.
 func listen(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create socket directory: %w", err)
-	}
-	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("restrict socket directory: %w", err)
+	if err := makeSocketDir(filepath.Dir(path)); err != nil {
+		return nil, err
 	}
 	ln, err := listenUnix(path)
 	if errors.Is(err, unix.EADDRINUSE) {
@@ -251,6 +310,59 @@ func listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
+// makeSocketDir creates what is missing of dir, each new directory 0700, and changes nothing
+// that exists: the directory may be containerd's own (socket_dir) or one an operator shares.
+// dir, and every directory the shim had to create, must be a real directory of the shim's own
+// uid: a directory another user made first (or a symlink to one) would let that user put a
+// socket of theirs at the predictable name, which containerd would take for the shim.
+func makeSocketDir(dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("socket directory: %w", err)
+		}
+		missing = append(missing, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		// EEXIST: someone made it since the look above; the check below decides.
+		if err := os.Mkdir(missing[i], 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create socket directory: %w", err)
+		}
+	}
+	if len(missing) == 0 || missing[0] != dir {
+		missing = append(missing, dir)
+	}
+	for _, p := range missing {
+		if err := ownDirectory(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownDirectory refuses p unless it is a directory, not a symlink, of the shim's own uid.
+func ownDirectory(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return fmt.Errorf("socket directory: %w", &os.PathError{Op: "lstat", Path: p, Err: err})
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return fmt.Errorf("socket directory %s is a symlink", p)
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("socket directory %s is not a directory", p)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("socket directory %s belongs to uid %d, not to the shim's uid %d", p, st.Uid, os.Geteuid())
+	}
+	return nil
+}
+
 func listenUnix(path string) (*net.UnixListener, error) {
 	// The umask makes the socket 0600 from the moment it exists.
 	old := unix.Umask(0o177)
@@ -264,13 +376,24 @@ func listenUnix(path string) (*net.UnixListener, error) {
 }
 
 // openLogFIFO opens the FIFO without blocking: with no reader the open fails with ENXIO instead
-// of hanging the shim.
+// of hanging the shim. The check and the open are of one inode: the name is opened once, as an
+// O_PATH handle that does not follow a symlink, the handle is checked, and the FIFO is reopened
+// through it (/proc/self/fd), the way containerd/fifo opens a FIFO. A check of the name and a
+// second open of the name would follow a symlink swapped in between.
 func openLogFIFO(name string) (*os.File, error) {
+	h, err := unix.Open(name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	defer unix.Close(h)
 	var st unix.Stat_t
-	if err := unix.Lstat(name, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+	if err := unix.Fstat(h, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", name, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return nil, fmt.Errorf("%s is not a FIFO", name)
 	}
-	fd, err := unix.Open(name, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", h), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}

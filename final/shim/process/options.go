@@ -79,21 +79,21 @@ type runcConfig struct {
 
 // fromConfig reads the TOML config that runtimeoptions carry, inline or in a file.
 func fromConfig(r *runtimeoptions.Options) (*options.Options, error) {
-	body := r.GetConfigBody()
+	body, path := r.GetConfigBody(), ""
 	if len(body) == 0 && r.GetConfigPath() != "" {
-		path := r.GetConfigPath()
+		path = r.GetConfigPath()
 		if !filepath.IsAbs(path) {
 			return nil, fmt.Errorf("runtime config path %q is not absolute: %w", path, errdefs.ErrInvalidArgument)
 		}
-		st, err := os.Stat(path)
-		if err != nil || !st.Mode().IsRegular() || st.Size() > 1<<20 {
-			return nil, fmt.Errorf("runtime config %s is not a readable file under 1 MiB: %w", path, errdefs.ErrInvalidArgument)
-		}
-		if body, err = os.ReadFile(path); err != nil {
-			return nil, fmt.Errorf("read runtime config: %w", err)
+		var err error
+		if body, err = readConfigFile(path); err != nil {
+			return nil, err
 		}
 	}
 	c, err := decodeRuncConfig(body)
+	if err != nil && path != "" {
+		return nil, fmt.Errorf("runtime config %s: %s: %w", path, configFileError(err), errdefs.ErrInvalidArgument)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("runtime config: %v: %w", err, errdefs.ErrInvalidArgument)
 	}

@@ -10,9 +10,14 @@ package process
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // decodeRuncConfig decodes a subset of TOML into a runcConfig: top-level key = value lines whose
@@ -44,7 +49,7 @@ func decodeRuncConfig(data []byte) (runcConfig, error) {
 		}
 		key, val, ok, err := parseLine(line)
 		if err != nil {
-			return runcConfig{}, fmt.Errorf("line %d: %w", n, err)
+			return runcConfig{}, &configLineError{n, err}
 		}
 		if !ok {
 			continue
@@ -58,17 +63,73 @@ func decodeRuncConfig(data []byte) (runcConfig, error) {
 			}
 		}
 		if i < 0 {
-			return runcConfig{}, fmt.Errorf("line %d: unknown key %q", n, key)
+			return runcConfig{}, &configLineError{n, fmt.Errorf("unknown key %q", key)}
 		}
 		if setOn[i] != 0 {
-			return runcConfig{}, fmt.Errorf("line %d: %s is already set on line %d", n, fields[i].name, setOn[i])
+			return runcConfig{}, &configLineError{n, fmt.Errorf("%s is already set on line %d", fields[i].name, setOn[i])}
 		}
 		setOn[i] = n
 		if err := assign(fields[i].dst, val); err != nil {
-			return runcConfig{}, fmt.Errorf("line %d: %s: %w", n, fields[i].name, err)
+			return runcConfig{}, &configLineError{n, fmt.Errorf("%s: %w", fields[i].name, err)}
 		}
 	}
 	return c, nil
+}
+
+// configLineError is the failure of one line of a config.
+type configLineError struct {
+	line int
+	err  error
+}
+
+func (e *configLineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *configLineError) Unwrap() error { return e.err }
+
+// configFileError says where a config read from a file is wrong without quoting any of it: the
+// file may be one the caller could not read itself, and the shim, as root, could.
+func configFileError(err error) string {
+	var le *configLineError
+	if errors.As(err, &le) {
+		return fmt.Sprintf("line %d is not valid runc options", le.line)
+	}
+	return "not valid runc options"
+}
+
+// maxConfigFile bounds a config file: a few lines are expected, and it is read whole.
+const maxConfigFile = 1 << 20
+
+// readConfigFile reads the config file at path, which must be a regular file of at most
+// maxConfigFile bytes. The path is opened once as an O_PATH handle, which opens no device and
+// blocks on no FIFO; the handle is checked and the same inode reopened through /proc/self/fd
+// without blocking, so nothing swapped in after the check is read.
+func readConfigFile(path string) ([]byte, error) {
+	h, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open runtime config: %w", &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(h)
+	var st unix.Stat_t
+	if err := unix.Fstat(h, &st); err != nil {
+		return nil, fmt.Errorf("stat runtime config %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > maxConfigFile {
+		return nil, fmt.Errorf("runtime config %s is not a regular file of at most 1 MiB: %w", path, errdefs.ErrInvalidArgument)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", h), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open runtime config %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	// Bounded again: the file may grow after the check.
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read runtime config %s: %w", path, err)
+	}
+	if len(data) > maxConfigFile {
+		return nil, fmt.Errorf("runtime config %s is not a regular file of at most 1 MiB: %w", path, errdefs.ErrInvalidArgument)
+	}
+	return data, nil
 }
 
 // assign stores val, a string, bool or the text of an integer, in dst if their types agree.

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
+	"golang.org/x/sys/unix"
 )
 
 // realistic is a config as a CRI runtime handler's options file would hold it.
@@ -266,9 +268,107 @@ func TestFromConfig(t *testing.T) {
 	}
 	for _, r := range []*runtimeoptions.Options{{ConfigBody: []byte("NoSuchKey = true\n")}, {ConfigPath: bad}} {
 		_, err := fromConfig(r)
-		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "runtime config: line ") {
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "runtime config") || !strings.Contains(err.Error(), "line ") {
 			t.Errorf("%v: got %v, want an InvalidArgument runtime config error naming the line", r, err)
 		}
+	}
+}
+
+// TestConfigPathNotQuoted: the shim reads ConfigPath as root, so a caller could name a file it
+// cannot read itself; an error about that file says which line is wrong, never what it holds.
+func TestConfigPathNotQuoted(t *testing.T) {
+	dir := t.TempDir()
+	for name, doc := range map[string]string{
+		"a bare word":    "password = hunter2\n",
+		"an unknown key": "Root = '/run/x'\nhunter2 = 'x'\n",
+		"a wrong type":   "IoUid = 'hunter2'\n",
+		"a bad escape":   "BinaryName = \"hunter2\\q\"\n",
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := fromConfig(&runtimeoptions.Options{ConfigPath: path})
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: got %v, want InvalidArgument that quotes nothing of the file", name, err)
+		}
+	}
+}
+
+// TestConfigPathRefusesSpecialFiles: ConfigPath must be a regular file. A FIFO (whose open
+// blocks until someone writes), a directory or a device is refused at once, including a FIFO
+// swapped in for a regular file while the shim reads it: the check and the read are of one inode.
+func TestConfigPathRefusesSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, dir, "/dev/null"} {
+		if _, err := fromConfig(&runtimeoptions.Options{ConfigPath: path}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want InvalidArgument", path, err)
+		}
+	}
+
+	regular := filepath.Join(dir, "regular")
+	if err := os.WriteFile(regular, []byte("Root = '/run/x'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config")
+	if err := os.Link(regular, config); err != nil {
+		t.Fatal(err)
+	}
+	// The swapper also watches for a reader of the FIFO: an open for writing without blocking
+	// succeeds only when someone has it open for reading, and only a read of ConfigPath could.
+	// Its writer lets such a read go on (to the end of the file), so the test fails instead of
+	// hanging.
+	var fifoRead atomic.Bool
+	stop := make(chan struct{})
+	swapped := make(chan error, 1)
+	go func() {
+		swapped <- func() error {
+			tmp := filepath.Join(dir, "tmp")
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				for _, from := range []string{fifo, regular} {
+					if err := os.Link(from, tmp); err != nil {
+						return err
+					}
+					if err := os.Rename(tmp, config); err != nil {
+						return err
+					}
+				}
+				if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+					fifoRead.Store(true)
+					w.Close()
+				}
+			}
+		}()
+	}()
+	defer func() {
+		close(stop)
+		if err := <-swapped; err != nil {
+			t.Error(err)
+		}
+	}()
+	var read int
+	for range 5000 {
+		_, err := fromConfig(&runtimeoptions.Options{ConfigPath: config})
+		if fifoRead.Load() {
+			t.Fatal("the read of ConfigPath opened a FIFO swapped in after the check, and blocked in it")
+		}
+		if err == nil {
+			read++
+		} else if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("got %v, want the config or InvalidArgument", err)
+		}
+	}
+	if read == 0 {
+		t.Error("the regular file was never read: the test raced nothing")
 	}
 }
 

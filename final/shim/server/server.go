@@ -16,6 +16,7 @@ import (
 
 	runc "github.com/containerd/go-runc"
 	"github.com/containerd/ttrpc"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -30,7 +31,8 @@ type Config struct {
 	Namespace string
 	ID        string
 	Log       *slog.Logger
-	// Listener is the socket the start helper bound; Serve removes its file when done.
+	// Listener is the socket the start helper bound; Serve removes its file when it stops
+	// listening, if the path still names that socket.
 	Listener *net.UnixListener
 	// TTRPCAddress is containerd's Events service (TTRPC_ADDRESS).
 	TTRPCAddress string
@@ -58,9 +60,11 @@ func Serve(cfg Config) error {
 	if err := reaper.SetSubreaper(); err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	// The loops (reaping, exits, OOM) run until every RPC has drained: a runc command still
+	// running for an RPC needs the reap loop for its exit.
+	ctx, stopLoops := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
-	defer func() { stop(); loops.Wait() }() // the loops below end with ctx
+	defer func() { stopLoops(); loops.Wait() }()
 
 	r := reaper.New()
 	runc.Monitor = r
@@ -83,6 +87,10 @@ func Serve(cfg Config) error {
 		pub.Close(flush)
 	}()
 
+	track := newTracker()
+	shutdown := make(chan struct{})
+	// Called by the Shutdown handler: the RPCs after it are refused from the moment it replies.
+	requestShutdown := sync.OnceFunc(func() { track.stop(); close(shutdown) })
 	// One watcher for every container of the shim. It calls the service, made just below, only
 	// from Run, which starts after that.
 	var svc *task.Service
@@ -91,7 +99,7 @@ func Serve(cfg Config) error {
 		cfg.Log.Warn("no oom watcher: only OOM kills of a container's processes that exit are reported", "err", err)
 		oom = nil
 	}
-	svc = task.New(task.Config{Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, Shutdown: stop})
+	svc = task.New(task.Config{Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, Shutdown: requestShutdown})
 	if oom != nil {
 		loops.Add(1)
 		go func() { defer loops.Done(); oom.Run(ctx) }()
@@ -101,50 +109,91 @@ func Serve(cfg Config) error {
 	loops.Add(1)
 	go func() { defer loops.Done(); svc.HandleExits(ctx, exits) }()
 
+	sock := ownSocket(cfg.Listener)
 	srv, err := ttrpc.NewServer(
 		// The socket is 0600 in a 0700 directory already; the credential check still holds if
 		// someone loosens the file modes.
-		ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),
-		ttrpc.WithUnaryServerInterceptor(intercept(cfg.Log)),
+		ttrpc.WithServerHandshaker(track.handshaker(ttrpc.UnixSocketRequireSameUser())),
+		ttrpc.WithUnaryServerInterceptor(intercept(cfg.Log, track)),
 	)
 	if err != nil {
 		return fmt.Errorf("new ttrpc server: %w", err)
 	}
 	registerTask(srv, svc)
 
-	path := cfg.Listener.Addr().String()
 	served := make(chan error, 1)
-	// Not ctx: the Shutdown RPC cancels ctx, and ttrpc closes a connection whose context ends,
-	// which would drop the reply to that very Shutdown. srv.Shutdown below ends Serve.
 	go func() { served <- srv.Serve(context.Background(), cfg.Listener) }()
-	cfg.Log.Info("serving", "namespace", cfg.Namespace, "id", cfg.ID, "socket", path, "pid", os.Getpid())
+	cfg.Log.Info("serving", "namespace", cfg.Namespace, "id", cfg.ID, "socket", sock.path, "pid", os.Getpid())
 
 	select {
 	case sig := <-signals:
 		cfg.Log.Info("stopping", "signal", sig.String(), "containers", svc.Containers())
-	case <-ctx.Done():
+	case <-shutdown:
 		cfg.Log.Info("stopping", "reason", "shutdown requested")
 	case err := <-served:
 		cfg.Log.Error("serve", "err", err)
 	}
-	// Let replies in flight, the Shutdown reply among them, reach their callers.
+	// Stop listening, and take the socket's name with it while the listener still holds it:
+	// from here on a start for this id binds a socket of its own, which must stay.
+	track.stop()
+	sock.remove(cfg.Log)
+	cfg.Listener.Close()
+	// Let every RPC in flight finish and its reply, the Shutdown reply among them, reach its
+	// caller: a connection is closed by its client (containerd closes its own after
+	// Shutdown), or when the grace ends. ttrpc's own Shutdown closes a connection it thinks
+	// idle, which it may think while a reply is still on its way.
 	grace, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(grace); err != nil {
-		srv.Close()
+	if !track.drained(grace) {
+		cfg.Log.Warn("closing connections still open after the grace", "connections", track.connections(), "rpcs", track.rpcs())
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove socket: %w", err)
-	}
+	srv.Close()
+	stopLoops()
+	loops.Wait()
 	cfg.Log.Info("stopped")
 	return nil
+}
+
+// socketFile is the shim's socket in the file system, known by its inode: a start for the same
+// id after this shim stopped listening may have put a socket of its own at the same path.
+type socketFile struct {
+	path     string
+	dev, ino uint64
+	ok       bool
+}
+
+// ownSocket records the socket ln is bound to. Nobody can have replaced it yet: while the
+// listener lives, a start for the same id finds it served and reuses it.
+func ownSocket(ln *net.UnixListener) socketFile {
+	s := socketFile{path: ln.Addr().String()}
+	var st unix.Stat_t
+	if err := unix.Lstat(s.path, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		s.dev, s.ino, s.ok = st.Dev, st.Ino, true
+	}
+	return s
+}
+
+// remove removes the socket if the path still names it.
+func (s socketFile) remove(log *slog.Logger) {
+	var st unix.Stat_t
+	if !s.ok || unix.Lstat(s.path, &st) != nil || st.Dev != s.dev || st.Ino != s.ino {
+		log.Info("socket path no longer the shim's; left alone", "socket", s.path)
+		return
+	}
+	if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("remove socket", "err", err)
+	}
 }
 
 // intercept turns a request that does not decode into InvalidArgument (ttrpc would say
 // Unknown), and a panic in a handler into an error: one bad request must not take down every
 // container the shim looks after.
-func intercept(log *slog.Logger) ttrpc.UnaryServerInterceptor {
+func intercept(log *slog.Logger, track *tracker) ttrpc.UnaryServerInterceptor {
 	return func(ctx context.Context, unmarshal ttrpc.Unmarshaler, info *ttrpc.UnaryServerInfo, method ttrpc.Method) (resp any, err error) {
+		if !track.begin() {
+			return nil, status.Errorf(codes.Unavailable, "%s: the shim is shutting down", info.FullMethod)
+		}
+		defer track.end()
 		defer func() {
 			if r := recover(); r != nil {
 				log.Error("panic in handler", "method", info.FullMethod, "panic", r)

@@ -112,7 +112,10 @@ func (c *cli) started(r testkit.Result) (driver.Bootstrap, int) {
 		c.t.Fatalf("driver.ParseStartReply(%q): %v", r.Stdout, err)
 	}
 	c.t.Cleanup(func() { shutdownAt(c.t, b.Address, pid) })
-	resp, err := c.dial(b).Task.Connect(rpcCtx(c.t, 5*time.Second), &taskapi.ConnectRequest{})
+	// Closed at once: a shim that stops waits for its clients to hang up.
+	conn := c.dial(b)
+	resp, err := conn.Task.Connect(rpcCtx(c.t, 5*time.Second), &taskapi.ConnectRequest{})
+	conn.Close()
 	if err != nil {
 		c.t.Fatalf("Connect at %s: %v", b.Address, err)
 	}

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// The delete action cleans up best-effort and reports the recorded exit, as the Stop of
+// containerd's runc shim (cmd/containerd-shim-runc-v2/manager) does.
+package shimtest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
+)
+
+// TestDeleteActionIsBestEffort: when runc delete fails, the delete action still unmounts the
+// rootfs, says on stderr what failed, and reports the exit exit.json recorded with exit code 0:
+// a failure would make containerd report 255 for a task that exited 7, and keep the bundle.
+func TestDeleteActionIsBestEffort(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	runc := testkit.NewFaultyRunc(t)
+	runc.Set(t, "delete", testkit.Fail)
+	write := func(name string, v any) {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(c.dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("options.json", map[string]any{"BinaryName": runc.Path})
+	exitedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	write("exit.json", map[string]any{"pid": 4242, "exit_status": 7, "exited_at": exitedAt})
+	rootfs := filepath.Join(c.dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", rootfs, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(rootfs, unix.MNT_DETACH) })
+
+	r := c.run(nil, nil, c.args("bestEffort", "delete")...)
+	if r.Code != 0 {
+		t.Fatalf("delete: exit %d, stderr %q; want 0 and the recorded exit", r.Code, r.Stderr)
+	}
+	if runc.Reached("delete") == 0 {
+		t.Fatal("runc delete was never called: the test proves nothing")
+	}
+	if !strings.Contains(r.Stderr, "delete failing on purpose") || strings.Count(r.Stderr, "\n") != 1 {
+		t.Errorf("stderr %q, want one line saying runc delete failed", r.Stderr)
+	}
+	var resp taskapi.DeleteResponse
+	if err := proto.Unmarshal([]byte(r.Stdout), &resp); err != nil {
+		t.Fatalf("stdout %q: %v", r.Stdout, err)
+	}
+	if resp.Pid != 4242 || resp.ExitStatus != 7 || !resp.ExitedAt.AsTime().Equal(exitedAt) {
+		t.Errorf("DeleteResponse = %v, want pid 4242, status 7 at %v", &resp, exitedAt)
+	}
+	if m := testkit.Mounts(t, c.dir); len(m) > 0 {
+		t.Errorf("the rootfs is still mounted: %v", m)
+	}
+}
