@@ -167,6 +167,11 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
 	}
+	// Before runc create: should this shim die while runc runs, the delete action must drive
+	// the same runc binary and root to find what runc made.
+	if err := process.SaveOptions(r.Bundle, opts); err != nil {
+		return nil, rpcError(fmt.Errorf("record runtime options: %w", err))
+	}
 	p, err := process.NewInit(ctx, process.CreateConfig{
 		ID: r.ID, Bundle: r.Bundle, Namespace: s.cfg.Namespace, Rootfs: r.Rootfs,
 		Stdio:      stdio.Config{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
@@ -175,10 +180,6 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	})
 	if err != nil {
 		return nil, rpcError(err)
-	}
-	// For the delete action, should this shim die: it must drive the same runc and root.
-	if err := process.SaveOptions(r.Bundle, opts); err != nil {
-		s.cfg.Log.Warn("record runtime options", "id", r.ID, "err", err)
 	}
 	// Without the watch, a kill that spares the init is never reported. Added before the
 	// container can be seen: a Delete that came first would otherwise leave the watch behind.
