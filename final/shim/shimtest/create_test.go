@@ -4,12 +4,15 @@ package shimtest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/runc/options"
+	"google.golang.org/grpc/codes"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 )
@@ -46,5 +49,83 @@ func TestOptionsRecordedBeforeRuncCreate(t *testing.T) {
 	runc.Clear(t, "create")
 	if err := <-created; err != nil {
 		t.Fatalf("Create: %v", err)
+	}
+}
+
+// TestCreateRetryWaitsForUndo: a Create whose caller's deadline passed is undone after the
+// caller has its error. A retry of the same id, as kubelet makes after a timeout, waits for
+// that undo (held here in its runc delete) instead of meeting AlreadyExists from a Create that
+// will leave nothing, and then creates the container.
+func TestCreateRetryWaitsForUndo(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	runc := testkit.NewFaultyRunc(t)
+	const id = "create-retry"
+	k := testkit.NewTask(t, d, id, testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
+	req := k.CreateRequest()
+	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
+	runc.Set(t, "create", testkit.Hang)
+	runc.Set(t, "delete", testkit.Block)
+	t.Cleanup(func() { runc.Clear(t, "create"); runc.Clear(t, "delete") })
+
+	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
+	_, err := k.Conn.Task.Create(ctx, req)
+	cancel()
+	if err == nil {
+		t.Fatal("Create succeeded although runc create hangs")
+	}
+	// The shim killed runc create at the deadline and now undoes it: its runc delete is held.
+	runc.WaitReached(t, "delete", 30*time.Second)
+	runc.Clear(t, "create")
+	// A retry while the undo is held waits for it, to the retry's own deadline.
+	ctx, cancel = context.WithTimeout(context.Background(), rpcDeadline)
+	_, err = k.Conn.Task.Create(ctx, req)
+	cancel()
+	// The shim's answer or the caller's own deadline: the two are the same.
+	if driver.Code(err) != codes.DeadlineExceeded && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a retry while the first Create is undone: %v, want it to wait until its deadline", err)
+	}
+	// Let go, the undo ends and a retry creates the container.
+	runc.Clear(t, "delete")
+	if _, err := k.Conn.Task.Create(k.Ctx(), req); err != nil {
+		t.Fatalf("the retried Create: %v", err)
+	}
+	k.Start()
+	finish(t, k, d, id, 0)
+}
+
+// TestShutdownDuringCreateUndo: containerd follows a failed Create with Delete and Shutdown. A
+// Shutdown that comes while the Create is still being undone must not be dropped (the shim
+// would stay, serving nothing): once the undo leaves no task, the shim ends.
+func TestShutdownDuringCreateUndo(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	runc := testkit.NewFaultyRunc(t)
+	const id = "create-shutdown"
+	k := testkit.NewTask(t, d, id, testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
+	req := k.CreateRequest()
+	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
+	runc.Set(t, "create", testkit.Hang)
+	runc.Set(t, "delete", testkit.Block)
+	t.Cleanup(func() { runc.Clear(t, "create"); runc.Clear(t, "delete") })
+
+	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
+	_, err := k.Conn.Task.Create(ctx, req)
+	cancel()
+	if err == nil {
+		t.Fatal("Create succeeded although runc create hangs")
+	}
+	runc.WaitReached(t, "delete", 30*time.Second)
+	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: id}); driver.Code(err) != codes.NotFound {
+		t.Errorf("Delete after the failed Create: %v, want NotFound", err)
+	}
+	// Answered at once; the Create's end decides.
+	if _, err := k.Conn.Task.Shutdown(k.Ctx(), &taskapi.ShutdownRequest{ID: id}); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	runc.Clear(t, "delete")
+	testkit.ExpectGone(t, k.ShimPid, "the shim with no task")
+	if m := testkit.Mounts(t, k.Bundle); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
 	}
 }

@@ -113,6 +113,13 @@ func runcFailure(t *testing.T, shim, sub string, fault testkit.Fault) {
 			_, err := svc.Create(ctx, req)
 			return err
 		})
+		// The caller may have its error (at its deadline) before the shim has undone the
+		// Create. A retry waits for the undo: with runc failing at once, its own error, never
+		// AlreadyExists, and once it is back, nothing of either Create is left.
+		runc.Set(t, sub, testkit.Fail)
+		if _, err := svc.Create(k.Ctx(), req); !strings.Contains(driver.Message(err), "failing on purpose") {
+			t.Errorf("a retried Create: %v, want runc's own failure", err)
+		}
 		onlyInit(t, k.ShimPid, 0)
 		if inRunc() {
 			t.Errorf("a failed create left runc state for %s", id)

@@ -56,11 +56,14 @@ type Service struct {
 	// exit is never processed half-way through the bookkeeping of a start.
 	mu         sync.Mutex
 	containers map[string]*container
-	creating   map[string]bool       // ids whose Create is in flight
-	running    map[int]running       // pid -> the process whose exit is still to come
-	starting   map[int][]reaper.Exit // exits held while that pid's Start is in flight
-	execStarts int                   // exec Starts in flight: their pids are not known yet
-	unclaimed  []reaper.Exit         // exits of unknown pids while execStarts > 0
+	creating   map[string]chan struct{} // ids whose Create is in flight; closed when it has ended
+	// shutdownAsked is a Shutdown that came while the only task's Create was in flight: it
+	// takes effect if that Create leaves nothing.
+	shutdownAsked bool
+	running       map[int]running       // pid -> the process whose exit is still to come
+	starting      map[int][]reaper.Exit // exits held while that pid's Start is in flight
+	execStarts    int                   // exec Starts in flight: their pids are not known yet
+	unclaimed     []reaper.Exit         // exits of unknown pids while execStarts > 0
 }
 
 // container is one container: its init and its execs.
@@ -87,7 +90,7 @@ func New(cfg Config) *Service {
 	return &Service{
 		cfg:        cfg,
 		containers: map[string]*container{},
-		creating:   map[string]bool{},
+		creating:   map[string]chan struct{}{},
 		running:    map[int]running{},
 		starting:   map[int][]reaper.Exit{},
 	}
@@ -137,24 +140,51 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		return nil, rpcError(err)
 	}
 	s.mu.Lock()
-	if s.containers[r.ID] != nil || s.creating[r.ID] {
+	for {
+		if s.containers[r.ID] != nil {
+			s.mu.Unlock()
+			return nil, rpcError(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
+		}
+		inFlight, ok := s.creating[r.ID]
+		if !ok {
+			break
+		}
+		// A Create of this id is in flight, or being undone after its caller's deadline passed:
+		// a caller that retries after a timeout (kubelet does) waits for its outcome, as it
+		// would behind the one lock of containerd's runc shim, rather than meet AlreadyExists
+		// from a Create that is about to leave nothing.
 		s.mu.Unlock()
-		return nil, rpcError(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return nil, rpcError(fmt.Errorf("task %s: waiting for the Create in flight: %w", r.ID, ctx.Err()))
+		}
+		s.mu.Lock()
 	}
-	s.creating[r.ID] = true
+	done := make(chan struct{})
+	s.creating[r.ID] = done
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.creating, r.ID)
+		close(done)
 		// A Create whose caller went away (containerd killed mid-call) has been undone. If that
 		// leaves this shim nothing to serve, nobody may ever ask it to go: containerd 1.6 does
 		// not end a task-less shim it finds after a restart. It goes by itself, and a restarted
 		// containerd cleans up after it as after any dead shim. Canceled, not a deadline: ttrpc
 		// cancels a request only when its connection closes, while a caller whose deadline
 		// passed is still there to retry or ask for Shutdown.
-		if errors.Is(ctx.Err(), context.Canceled) && len(s.containers) == 0 && len(s.creating) == 0 {
-			s.cfg.Log.Info("create abandoned by its caller; no task left, shutting down", "id", r.ID)
-			s.cfg.Shutdown()
+		if len(s.containers) > 0 {
+			s.shutdownAsked = false // a Shutdown that waited for this Create would find a task
+		} else if len(s.creating) == 0 {
+			switch {
+			case errors.Is(ctx.Err(), context.Canceled):
+				s.cfg.Log.Info("create abandoned by its caller; no task left, shutting down", "id", r.ID)
+				s.cfg.Shutdown()
+			case s.shutdownAsked:
+				s.cfg.Log.Info("create undone; shutdown was asked for and no task is left", "id", r.ID)
+				s.cfg.Shutdown()
+			}
 		}
 		s.mu.Unlock()
 	}()
@@ -672,7 +702,14 @@ func (s *Service) Connect(ctx context.Context, r *taskapi.ConnectRequest) (*task
 func (s *Service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*emptypb.Empty, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.containers) > 0 || len(s.creating) > 0 {
+	if len(s.containers) > 0 {
+		return &emptypb.Empty{}, nil
+	}
+	// containerd sends Shutdown right after a Create that failed, maybe at its deadline while
+	// the shim is still undoing it: the Create's end decides, as the reference's Shutdown
+	// decides behind the lock that its Create holds to the end.
+	if len(s.creating) > 0 {
+		s.shutdownAsked = true
 		return &emptypb.Empty{}, nil
 	}
 	s.cfg.Shutdown()
