@@ -62,7 +62,7 @@ type Service struct {
 	shutdownAsked bool
 	running       map[int]running       // pid -> the process whose exit is still to come
 	starting      map[int][]reaper.Exit // exits held while that pid's Start is in flight
-	execStarts    int                   // exec Starts in flight: their pids are not known yet
+	execStarts    int                   // exec Starts and restores in flight: their pids are not known yet
 	unclaimed     []reaper.Exit         // exits of unknown pids while execStarts > 0
 }
 
@@ -222,8 +222,11 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	s.mu.Lock()
 	s.containers[r.ID] = c
 	// From here an exit of this pid is the container's: runc init waits for runc start, so
-	// nothing of it can have exited unseen before this point.
-	s.running[p.Pid()] = running{c: c}
+	// nothing of it can have exited unseen before this point. A container to be restored has
+	// no process before Start.
+	if pid := p.Pid(); pid > 0 {
+		s.running[pid] = running{c: c}
+	}
 	s.cfg.Events.Publish(events.TopicCreate, &eventstypes.TaskCreate{
 		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(p.Pid()), Checkpoint: r.Checkpoint,
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
@@ -248,6 +251,9 @@ func (s *Service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 // startInit runs the init. A process that exits at once (/bin/true) can be reaped before runc
 // start returns: its exit is held until TaskStart is out, then handled, exactly once.
 func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartResponse, error) {
+	if c.init.Restoring() {
+		return s.restoreInit(ctx, c)
+	}
 	pid := c.init.Pid()
 	s.mu.Lock()
 	s.starting[pid] = nil
@@ -265,6 +271,43 @@ func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartRe
 	}
 	if err != nil {
 		return nil, rpcError(err)
+	}
+	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
+}
+
+// restoreInit restores a container created from a checkpoint. As with an exec, the pid is
+// known only once runc restore returns, and by then the restored process may have exited and
+// been reaped: its exit is among those of unknown pids kept while such starts are in flight.
+func (s *Service) restoreInit(ctx context.Context, c *container) (*taskapi.StartResponse, error) {
+	s.mu.Lock()
+	s.execStarts++
+	s.mu.Unlock()
+	err := c.init.Start(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.execStarts--
+	defer func() {
+		if s.execStarts == 0 {
+			s.unclaimed = nil
+		}
+	}()
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	pid := c.init.Pid()
+	if m, ok := c.init.MemoryCgroup(); ok && s.cfg.OOM != nil {
+		if err := s.cfg.OOM.Add(c.id, m); err != nil {
+			s.cfg.Log.Warn("watch for oom", "id", c.id, "err", err)
+		}
+	}
+	s.running[pid] = running{c: c}
+	s.cfg.Events.Publish(events.TopicStart, &eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(pid)})
+	for i, x := range s.unclaimed {
+		if x.Pid == pid {
+			s.unclaimed = append(s.unclaimed[:i], s.unclaimed[i+1:]...)
+			s.handleExit(x)
+			break
+		}
 	}
 	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
 }
