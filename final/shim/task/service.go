@@ -218,6 +218,13 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 			s.cfg.Log.Warn("watch for oom", "id", r.ID, "err", err)
 		}
 	}
+	// On cgroup v2 the host's controllers are enabled down to the container's cgroup, as
+	// containerd's runc shim does at Create; a failure is logged, as there.
+	if pid := p.Pid(); pid > 0 {
+		if err := cgroups.EnableControllersOf(cgroups.Root, pid); err != nil {
+			s.cfg.Log.Warn("enable cgroup controllers", "id", r.ID, "err", err)
+		}
+	}
 	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
 	s.mu.Lock()
 	s.containers[r.ID] = c
