@@ -5,6 +5,8 @@ package shimtest
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -127,5 +129,26 @@ func TestShutdownDuringCreateUndo(t *testing.T) {
 	testkit.ExpectGone(t, k.ShimPid, "the shim with no task")
 	if m := testkit.Mounts(t, k.Bundle); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
+	}
+}
+
+// TestCreateRefusesSymlinkedRootfs: a bundle whose rootfs is a symlink gets InvalidArgument,
+// and nothing is mounted where the link points.
+func TestCreateRefusesSymlinkedRootfs(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "rootfs-link", testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
+	elsewhere := testkit.TempDir(t)
+	rootfs := filepath.Join(k.Bundle, "rootfs")
+	if err := os.RemoveAll(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, rootfs); err != nil {
+		t.Fatal(err)
+	}
+	_, err := k.Conn.Task.Create(k.Ctx(), k.CreateRequest())
+	expectCode(t, "Create with a symlinked rootfs", err, codes.InvalidArgument)
+	if m := testkit.Mounts(t, elsewhere); len(m) > 0 {
+		t.Errorf("mounted through the symlink: %v", m)
 	}
 }
