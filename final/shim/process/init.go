@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A container's init process: its rootfs mounted, its stdio wired and runc create run at
+// Create (or the checkpoint recorded, to be restored at Start), then driven through runc, as
+// containerd v2.4's runc.NewContainer, process.Init and its states (init_state.go) do.
+
 package process
 
 import (
