@@ -12,6 +12,8 @@ import (
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/api/types/task"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
@@ -151,4 +153,31 @@ func TestCreateRefusesSymlinkedRootfs(t *testing.T) {
 	if m := testkit.Mounts(t, elsewhere); len(m) > 0 {
 		t.Errorf("mounted through the symlink: %v", m)
 	}
+}
+
+// TestCreateIDMappedRootfs: an overlay rootfs with uidmap= and gidmap=, as containerd 2.x's
+// overlay snapshotter hands over for a user-namespaced pod, is mounted idmapped by the shim
+// (whose helper process for the user namespace must not trouble its reaper), and the container
+// runs on it.
+func TestCreateIDMappedRootfs(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	const id = "idmapped"
+	k := testkit.NewTask(t, d, id, testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
+	req := k.CreateRequest()
+	m := req.Rootfs[0]
+	m.Options = append(append([]string(nil), m.Options...), "uidmap=0:100000:65536", "gidmap=0:100000:65536")
+	if _, err := k.Conn.Task.Create(k.Ctx(), req); err != nil {
+		t.Fatalf("Create with an idmapped overlay: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(k.Bundle, "rootfs", "bin"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != 100000 || st.Gid != 100000 {
+		t.Errorf("the rootfs's /bin is owned by %d:%d, want the mapped 100000:100000", st.Uid, st.Gid)
+	}
+	k.Start()
+	k.WaitStatus(task.Status_RUNNING, 10*time.Second)
+	finish(t, k, d, id, 0)
 }
