@@ -102,7 +102,11 @@ func UnmountAll(target string) error {
 		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
 			return nil // nothing (more) mounted there, or not there at all
 		case errors.Is(err, unix.EBUSY):
-			if derr := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); derr != nil {
+			derr := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			if errors.Is(derr, unix.EINVAL) {
+				return nil // gone in between
+			}
+			if derr != nil {
 				return fmt.Errorf("unmount %s: %w", target, derr)
 			}
 		default:
