@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what shimwalk's demo and tests need, when missing: runc, crun, criu, containerd and busybox-static
-# from Debian, and staticcheck from the Go module proxy. Safe to run again; says what it did.
+# Installs what shimwalk's demo and tests need, when missing: runc, crun, criu, containerd,
+# busybox-static and e2fsprogs (mkfs.ext4, for the loop-mount test) from Debian, and staticcheck
+# from the Go module proxy. Safe to run again; says what it did.
 set -euo pipefail
 
 need=()
-for pair in runc:runc crun:crun criu:criu containerd:containerd ctr:containerd busybox:busybox-static; do
+for pair in runc:runc crun:crun criu:criu containerd:containerd ctr:containerd busybox:busybox-static mkfs.ext4:e2fsprogs; do
 	bin=${pair%%:*} pkg=${pair#*:}
 	if ! command -v "$bin" >/dev/null 2>&1; then
 		[[ " ${need[*]-} " == *" $pkg "* ]] || need+=("$pkg")
@@ -26,7 +27,7 @@ if ((${#need[@]})); then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 else
-	echo "deps: runc, crun, criu, containerd and busybox-static are installed"
+	echo "deps: runc, crun, criu, containerd, busybox-static and e2fsprogs are installed"
 fi
 
 STATICCHECK_VERSION=v0.8.2

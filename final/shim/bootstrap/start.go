@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -247,8 +248,8 @@ func spawn(f flags, ln *net.UnixListener, shimCgroup string) (*exec.Cmd, error) 
 	cmd.ExtraFiles = []*os.File{file}
 	// Its own process group keeps a Ctrl-C aimed at the caller's terminal away from it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start long-lived shim: %w", err)
+	if err := startCoreScheduled(cmd); err != nil {
+		return nil, err
 	}
 	if shimCgroup != "" {
 		if err := cgroups.Join(shimCgroup, cmd.Process.Pid); err != nil {
@@ -258,6 +259,27 @@ func spawn(f flags, ln *net.UnixListener, shimCgroup string) (*exec.Cmd, error) 
 		}
 	}
 	return cmd, nil
+}
+
+// startCoreScheduled starts cmd. With SCHED_CORE set in the environment, as containerd's runc
+// shim honours it, cmd first gets a core-scheduling cookie of its own (PR_SCHED_CORE_CREATE
+// for this process group, inherited across the fork): the shim and the containers it starts
+// then never share an SMT core with tasks of another cookie. The thread is locked so that the
+// fork happens on the thread that made the cookie. A kernel without core scheduling fails the
+// start, as it does the reference's.
+func startCoreScheduled(cmd *exec.Cmd) error {
+	if os.Getenv("SCHED_CORE") != "" {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		const pidtypePgid = 2
+		if err := unix.Prctl(unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_CREATE, 0, pidtypePgid, 0); err != nil {
+			return fmt.Errorf("enable sched core support: %w", err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start long-lived shim: %w", err)
+	}
+	return nil
 }
 
 // reply prints the address in the form the caller reads.

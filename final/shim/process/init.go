@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A container's init process: its rootfs mounted, its stdio wired and runc create run at
+// Create (or the checkpoint recorded, to be restored at Start), then driven through runc, as
+// containerd v2.4's runc.NewContainer, process.Init and its states (init_state.go) do.
+
 package process
 
 import (
@@ -88,7 +92,8 @@ type Init struct {
 	Namespace string
 	runtime   *runc.Runc
 	opts      Options
-	rootfs    string // where the request's mounts were mounted; "" when there were none
+	rootfs    string            // where the request's mounts were mounted; "" when there were none
+	restore   *runc.RestoreOpts // guarded by mu; the checkpoint Start restores, until it has
 	monitor   runc.ProcessMonitor
 	cg        *cgroups.Group // guarded by mu; looked up by the first Stats, or at Start
 	oom       *oomCount      // guarded by mu; nil without a memory cgroup
@@ -152,18 +157,22 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 
 	pidFile := filepath.Join(cfg.Bundle, "init.pid")
 	if cfg.Checkpoint != "" {
-		_, err = p.runtime.Restore(ctx, cfg.ID, cfg.Bundle, &runc.RestoreOpts{
+		// As containerd's runc shim does: the checkpoint is recorded now and restored by
+		// Start, which containerd calls next and which would refuse a running task. Until
+		// then the task is CREATED with no process (pid 0).
+		p.restore = &runc.RestoreOpts{
 			CheckpointOpts: runc.CheckpointOpts{
 				ImagePath: cfg.Checkpoint, WorkDir: p.opts.CriuWorkPath, ParentPath: cfg.ParentCheckpoint,
 			},
-			IO: rio, PidFile: pidFile, ConsoleSocket: socket, NoPivot: p.opts.NoPivotRoot, Detach: true,
-		})
-	} else {
-		err = p.runtime.Create(ctx, cfg.ID, cfg.Bundle, &runc.CreateOpts{
-			IO: rio, PidFile: pidFile, ConsoleSocket: socket,
-			NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
-		})
+			IO: rio, PidFile: pidFile, ConsoleSocket: socket, NoPivot: p.opts.NoPivotRoot,
+			Detach: true, NoSubreaper: true,
+		}
+		return p, nil
 	}
+	err = p.runtime.Create(ctx, cfg.ID, cfg.Bundle, &runc.CreateOpts{
+		IO: rio, PidFile: pidFile, ConsoleSocket: socket,
+		NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
+	})
 	if err != nil {
 		cerr := p.runtimeError(err, "create")
 		// runc may have got as far as leaving state (and a waiting `runc init`) behind.
@@ -184,9 +193,6 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 	p.pid = pid
 	// runc init waits in the container's cgroup now: the count from here on is this container's.
 	p.oom = newOOMCount(pid)
-	if cfg.Checkpoint != "" {
-		p.status = task.Status_RUNNING // runc restore starts the container
-	}
 	return p, nil
 }
 
@@ -303,7 +309,11 @@ func (p *Init) Start(ctx context.Context) error {
 		p.mu.Unlock()
 		return err
 	}
+	restore := p.restore
 	p.mu.Unlock()
+	if restore != nil {
+		return p.restoreStart(ctx, restore)
+	}
 	if err := p.runtime.Start(ctx, p.id); err != nil {
 		return p.runtimeError(err, "start")
 	}
@@ -313,6 +323,44 @@ func (p *Init) Start(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	// While the pid still names the init: Stats keeps working after the exit, until Delete.
+	_, _ = p.cgroup()
+	return nil
+}
+
+// Restoring reports whether the init is still to be restored from a checkpoint by Start: its
+// pid is known only once Start has returned.
+func (p *Init) Restoring() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restore != nil
+}
+
+// restoreStart runs runc restore for a container created from a checkpoint. A restore that
+// fails leaves the task CREATED and, as before it, without runc state.
+func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
+	if _, err := p.runtime.Restore(ctx, p.id, p.Bundle, opts); err != nil {
+		rerr := p.runtimeError(err, "restore")
+		_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
+		return rerr
+	}
+	if p.console != nil {
+		if err := p.console.Attach(); err != nil {
+			_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
+			return err
+		}
+	}
+	pid, err := runc.ReadPidFile(opts.PidFile)
+	if err != nil {
+		_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
+		return fmt.Errorf("read restored init pid: %w", err)
+	}
+	oom := newOOMCount(pid)
+	p.mu.Lock()
+	p.pid, p.oom, p.restore = pid, oom, nil
+	if p.status == task.Status_CREATED {
+		p.status = task.Status_RUNNING
+	}
+	p.mu.Unlock()
 	_, _ = p.cgroup()
 	return nil
 }

@@ -1,114 +1,116 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Rootfs mounts: the request's mounts stacked on <bundle>/rootfs, as runc.NewContainer does with
+// containerd's mount.All, and taken down again as init.Delete's mount.UnmountRecursive does.
+
 package process
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 )
 
-// mountFlags maps mount(8) options to flags; options not listed are handed to the file system.
-var mountFlags = map[string]struct {
-	clear bool
-	flag  uintptr
-}{
-	"ro":          {false, unix.MS_RDONLY},
-	"rw":          {true, unix.MS_RDONLY},
-	"bind":        {false, unix.MS_BIND},
-	"rbind":       {false, unix.MS_BIND | unix.MS_REC},
-	"nosuid":      {false, unix.MS_NOSUID},
-	"suid":        {true, unix.MS_NOSUID},
-	"nodev":       {false, unix.MS_NODEV},
-	"dev":         {true, unix.MS_NODEV},
-	"noexec":      {false, unix.MS_NOEXEC},
-	"exec":        {true, unix.MS_NOEXEC},
-	"noatime":     {false, unix.MS_NOATIME},
-	"relatime":    {false, unix.MS_RELATIME},
-	"strictatime": {false, unix.MS_STRICTATIME},
-	"rprivate":    {false, unix.MS_PRIVATE | unix.MS_REC},
-}
+// MaxRootfsMounts bounds the mounts of one Create. A snapshotter hands over one mount, or a few
+// with containerd 2.x's mount manager; nothing else bounds a request of up to 4 MiB, which
+// could otherwise stack tens of thousands of mounts in the host's mount namespace.
+const MaxRootfsMounts = 128
 
-// MountRootfs mounts each of mounts on target, in order. On failure it undoes what it did.
+// MountRootfs mounts each of mounts on target, in order, with containerd's own mount code:
+// it knows what the snapshotters hand over (idmapped uidmap=/gidmap= overlays, lowerdir lists
+// longer than a page, loop devices, FUSE helpers), and it keeps a mount's per-mount flags
+// through the read-only remount of a bind. target must be a directory or not exist: a symlink
+// would have the mounts land wherever it points. On failure MountRootfs undoes what it did.
 func MountRootfs(mounts []*types.Mount, target string) error {
-	if err := os.MkdirAll(target, 0o711); err != nil {
-		return fmt.Errorf("create rootfs: %w", err)
+	if len(mounts) > MaxRootfsMounts {
+		return fmt.Errorf("%d rootfs mounts, more than %d: %w", len(mounts), MaxRootfsMounts, errdefs.ErrInvalidArgument)
 	}
-	for i, m := range mounts {
-		if err := mount(m, target); err != nil {
-			if i > 0 {
-				_ = UnmountAll(target)
-			}
+	for _, m := range mounts {
+		if err := checkMount(m); err != nil {
 			return err
 		}
 	}
+	st, err := os.Lstat(target)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(target, 0o711); err != nil {
+			return fmt.Errorf("create rootfs: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("rootfs: %w", err)
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("rootfs %s is a symlink: %w", target, errdefs.ErrInvalidArgument)
+	case !st.IsDir():
+		return fmt.Errorf("rootfs %s is not a directory: %w", target, errdefs.ErrInvalidArgument)
+	}
+	for i, m := range mount.FromProto(mounts) {
+		if err := m.Mount(target); err != nil {
+			if i > 0 {
+				_ = UnmountAll(target)
+			}
+			return mountError(m, target, err)
+		}
+	}
 	return nil
 }
 
-func mount(m *types.Mount, target string) error {
-	var flags uintptr
-	var data []string
+// checkMount refuses what no kernel would take, before anything is mounted.
+func checkMount(m *types.Mount) error {
+	if strings.ContainsRune(m.Type+m.Source+m.Target, 0) {
+		return fmt.Errorf("mount of %q: NUL byte: %w", m.Source, errdefs.ErrInvalidArgument)
+	}
 	for _, o := range m.Options {
-		if f, ok := mountFlags[o]; ok {
-			if f.clear {
-				flags &^= f.flag
-			} else {
-				flags |= f.flag
-			}
-			continue
-		}
-		if strings.ContainsAny(o, "\x00") {
+		if strings.ContainsRune(o, 0) {
 			return fmt.Errorf("mount option %q: NUL byte: %w", o, errdefs.ErrInvalidArgument)
 		}
-		data = append(data, o)
 	}
-	if m.Type == "" && flags&unix.MS_BIND == 0 {
+	if m.Type == "" && !slices.Contains(m.Options, "bind") && !slices.Contains(m.Options, "rbind") {
 		return fmt.Errorf("mount of %q has no type: %w", m.Source, errdefs.ErrInvalidArgument)
-	}
-	err := unix.Mount(m.Source, target, m.Type, flags&^unix.MS_RDONLY, strings.Join(data, ","))
-	if err != nil {
-		// What the kernel says of a request it cannot make sense of (an option, a type, a
-		// source) is the request's fault; anything else is the host's.
-		for _, bad := range []error{unix.EINVAL, unix.ENODEV, unix.ENOENT, unix.ENOTDIR, unix.ENOTBLK} {
-			if errors.Is(err, bad) {
-				return fmt.Errorf("mount %s (%s) on %s: %v: %w", m.Source, m.Type, target, err, errdefs.ErrInvalidArgument)
-			}
-		}
-		return fmt.Errorf("mount %s (%s) on %s: %w", m.Source, m.Type, target, err)
-	}
-	// A bind mount ignores MS_RDONLY on the first call; read-only takes a remount.
-	if flags&unix.MS_RDONLY != 0 {
-		remount := unix.MS_REMOUNT | unix.MS_RDONLY | (flags & unix.MS_BIND)
-		if err := unix.Mount("", target, "", remount, ""); err != nil {
-			_ = unix.Unmount(target, unix.MNT_DETACH)
-			return fmt.Errorf("remount %s read-only: %w", target, err)
-		}
 	}
 	return nil
 }
 
-// UnmountAll removes every mount stacked on target; a target that is not a mount point is fine.
+// mountError classes what the kernel says of a request it cannot make sense of (an option, a
+// type, a source) as the request's fault; anything else is the host's.
+func mountError(m mount.Mount, target string, err error) error {
+	for _, bad := range []error{unix.EINVAL, unix.ENODEV, unix.ENOENT, unix.ENOTDIR, unix.ENOTBLK} {
+		if errors.Is(err, bad) {
+			return fmt.Errorf("mount %s (%s) on %s: %v: %w", m.Source, m.Type, target, err, errdefs.ErrInvalidArgument)
+		}
+	}
+	return fmt.Errorf("mount %s (%s) on %s: %w", m.Source, m.Type, target, err)
+}
+
+// UnmountAll removes every mount stacked on target and below it, however many; a target that
+// is not a mount point, or does not exist, is fine. It never follows a symlink: one swapped in
+// for the rootfs would otherwise have the shim unmount whatever the link names. A mount still
+// in use (by a process on its way out, or by a mount below it) is detached, and freed by the
+// kernel once nothing uses it.
 func UnmountAll(target string) error {
-	for i := 0; i < 64; i++ {
-		err := unix.Unmount(target, 0)
+	for {
+		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
 		switch {
 		case err == nil:
 			continue
 		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-			return nil // nothing (more) mounted there
+			return nil // nothing (more) mounted there, or not there at all
 		case errors.Is(err, unix.EBUSY):
-			// Still in use by a process that is on its way out: detach now, freed when it is gone.
-			if derr := unix.Unmount(target, unix.MNT_DETACH); derr != nil {
+			derr := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			if errors.Is(derr, unix.EINVAL) {
+				return nil // gone in between
+			}
+			if derr != nil {
 				return fmt.Errorf("unmount %s: %w", target, derr)
 			}
 		default:
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}
 	}
-	return fmt.Errorf("unmount %s: too many stacked mounts", target)
 }

@@ -65,7 +65,7 @@ func running(t *testing.T, k *testkit.Task, pid int, after string) {
 func TestCreateRefusesBadBundles(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	k := testkit.NewTask(t, d, "host", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	k := testkit.NewTask(t, d, "badbundles-host", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
 	pid := k.Run()
 
 	// A complete bundle elsewhere, that runc would run if handed its path.

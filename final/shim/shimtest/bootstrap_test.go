@@ -41,6 +41,8 @@ type cli struct {
 	// address is passed as -address. It is unique to the test, so every process started with
 	// it can be found, and any left over is an error.
 	address string
+	// ownGroup starts each invocation in a process group of its own, as containerd does.
+	ownGroup bool
 }
 
 func newCLI(t *testing.T) *cli {
@@ -87,6 +89,9 @@ func (c *cli) run(stdin []byte, env []string, args ...string) testkit.Result {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
+	if c.ownGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	begin := time.Now()
 	err := cmd.Run()
 	r := testkit.Result{Stdout: stdout.String(), Stderr: stderr.String(), Took: time.Since(begin)}

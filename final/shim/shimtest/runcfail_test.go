@@ -23,10 +23,6 @@ import (
 // request (ttrpc carries it) and must give up on runc by then.
 const rpcDeadline = 2 * time.Second
 
-// replyGrace is how much later than its deadline a reply may come: the shim's own reply and
-// the cleanup of what runc left take a moment.
-const replyGrace = 10 * time.Second
-
 // TestRuncFailures runs a container whose runc fails (exits 1), hangs or is killed at create,
 // start, exec, kill and delete. Each time the RPC returns an error within its deadline, the
 // container is where it was before the call (a failed create leaves no container at all: no
@@ -45,7 +41,10 @@ func TestRuncFailures(t *testing.T) {
 	}
 }
 
-// disturbed makes one call that meets the fault and checks that it failed in time.
+// disturbed makes one call that meets the fault and checks how it failed. That the shim gave
+// up on a hung runc is checked by what follows (no runc of the call is left), not by when the
+// reply came: the caller stops waiting at its deadline whatever the shim does, and how long a
+// failing runc and its cleanup take depends on how busy the machine is.
 func disturbed(t *testing.T, what string, fault testkit.Fault, call func(ctx context.Context) error) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
@@ -55,9 +54,6 @@ func disturbed(t *testing.T, what string, fault testkit.Fault, call func(ctx con
 	took := time.Since(began)
 	if err == nil {
 		t.Fatalf("%s succeeded although runc %s", what, fault)
-	}
-	if took > rpcDeadline+replyGrace {
-		t.Errorf("%s returned after %v, past its deadline of %v", what, took.Round(time.Millisecond), rpcDeadline)
 	}
 	msg := driver.Message(err)
 	switch fault {
@@ -113,6 +109,13 @@ func runcFailure(t *testing.T, shim, sub string, fault testkit.Fault) {
 			_, err := svc.Create(ctx, req)
 			return err
 		})
+		// The caller may have its error (at its deadline) before the shim has undone the
+		// Create. A retry waits for the undo: with runc failing at once, its own error, never
+		// AlreadyExists, and once it is back, nothing of either Create is left.
+		runc.Set(t, sub, testkit.Fail)
+		if _, err := svc.Create(k.Ctx(), req); !strings.Contains(driver.Message(err), "failing on purpose") {
+			t.Errorf("a retried Create: %v, want runc's own failure", err)
+		}
 		onlyInit(t, k.ShimPid, 0)
 		if inRunc() {
 			t.Errorf("a failed create left runc state for %s", id)

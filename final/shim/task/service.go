@@ -56,11 +56,14 @@ type Service struct {
 	// exit is never processed half-way through the bookkeeping of a start.
 	mu         sync.Mutex
 	containers map[string]*container
-	creating   map[string]bool       // ids whose Create is in flight
-	running    map[int]running       // pid -> the process whose exit is still to come
-	starting   map[int][]reaper.Exit // exits held while that pid's Start is in flight
-	execStarts int                   // exec Starts in flight: their pids are not known yet
-	unclaimed  []reaper.Exit         // exits of unknown pids while execStarts > 0
+	creating   map[string]chan struct{} // ids whose Create is in flight; closed when it has ended
+	// shutdownAsked is a Shutdown that came while the only task's Create was in flight: it
+	// takes effect if that Create leaves nothing.
+	shutdownAsked bool
+	running       map[int]running       // pid -> the process whose exit is still to come
+	starting      map[int][]reaper.Exit // exits held while that pid's Start is in flight
+	execStarts    int                   // exec Starts and restores in flight: their pids are not known yet
+	unclaimed     []reaper.Exit         // exits of unknown pids while execStarts > 0
 }
 
 // container is one container: its init and its execs.
@@ -87,7 +90,7 @@ func New(cfg Config) *Service {
 	return &Service{
 		cfg:        cfg,
 		containers: map[string]*container{},
-		creating:   map[string]bool{},
+		creating:   map[string]chan struct{}{},
 		running:    map[int]running{},
 		starting:   map[int][]reaper.Exit{},
 	}
@@ -137,24 +140,51 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		return nil, rpcError(err)
 	}
 	s.mu.Lock()
-	if s.containers[r.ID] != nil || s.creating[r.ID] {
+	for {
+		if s.containers[r.ID] != nil {
+			s.mu.Unlock()
+			return nil, rpcError(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
+		}
+		inFlight, ok := s.creating[r.ID]
+		if !ok {
+			break
+		}
+		// A Create of this id is in flight, or being undone after its caller's deadline passed:
+		// a caller that retries after a timeout (kubelet does) waits for its outcome, as it
+		// would behind the one lock of containerd's runc shim, rather than meet AlreadyExists
+		// from a Create that is about to leave nothing.
 		s.mu.Unlock()
-		return nil, rpcError(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return nil, rpcError(fmt.Errorf("task %s: waiting for the Create in flight: %w", r.ID, ctx.Err()))
+		}
+		s.mu.Lock()
 	}
-	s.creating[r.ID] = true
+	done := make(chan struct{})
+	s.creating[r.ID] = done
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.creating, r.ID)
+		close(done)
 		// A Create whose caller went away (containerd killed mid-call) has been undone. If that
 		// leaves this shim nothing to serve, nobody may ever ask it to go: containerd 1.6 does
 		// not end a task-less shim it finds after a restart. It goes by itself, and a restarted
 		// containerd cleans up after it as after any dead shim. Canceled, not a deadline: ttrpc
 		// cancels a request only when its connection closes, while a caller whose deadline
 		// passed is still there to retry or ask for Shutdown.
-		if errors.Is(ctx.Err(), context.Canceled) && len(s.containers) == 0 && len(s.creating) == 0 {
-			s.cfg.Log.Info("create abandoned by its caller; no task left, shutting down", "id", r.ID)
-			s.cfg.Shutdown()
+		if len(s.containers) > 0 {
+			s.shutdownAsked = false // a Shutdown that waited for this Create would find a task
+		} else if len(s.creating) == 0 {
+			switch {
+			case errors.Is(ctx.Err(), context.Canceled):
+				s.cfg.Log.Info("create abandoned by its caller; no task left, shutting down", "id", r.ID)
+				s.cfg.Shutdown()
+			case s.shutdownAsked:
+				s.cfg.Log.Info("create undone; shutdown was asked for and no task is left", "id", r.ID)
+				s.cfg.Shutdown()
+			}
 		}
 		s.mu.Unlock()
 	}()
@@ -167,6 +197,11 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
 	}
+	// Before runc create: should this shim die while runc runs, the delete action must drive
+	// the same runc binary and root to find what runc made.
+	if err := process.SaveOptions(r.Bundle, opts); err != nil {
+		return nil, rpcError(fmt.Errorf("record runtime options: %w", err))
+	}
 	p, err := process.NewInit(ctx, process.CreateConfig{
 		ID: r.ID, Bundle: r.Bundle, Namespace: s.cfg.Namespace, Rootfs: r.Rootfs,
 		Stdio:      stdio.Config{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
@@ -176,10 +211,6 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	// For the delete action, should this shim die: it must drive the same runc and root.
-	if err := process.SaveOptions(r.Bundle, opts); err != nil {
-		s.cfg.Log.Warn("record runtime options", "id", r.ID, "err", err)
-	}
 	// Without the watch, a kill that spares the init is never reported. Added before the
 	// container can be seen: a Delete that came first would otherwise leave the watch behind.
 	if m, ok := p.MemoryCgroup(); ok && s.cfg.OOM != nil {
@@ -187,12 +218,22 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 			s.cfg.Log.Warn("watch for oom", "id", r.ID, "err", err)
 		}
 	}
+	// On cgroup v2 the host's controllers are enabled down to the container's cgroup, as
+	// containerd's runc shim does at Create; a failure is logged, as there.
+	if pid := p.Pid(); pid > 0 {
+		if err := cgroups.EnableControllersOf(cgroups.Root, pid); err != nil {
+			s.cfg.Log.Warn("enable cgroup controllers", "id", r.ID, "err", err)
+		}
+	}
 	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
 	s.mu.Lock()
 	s.containers[r.ID] = c
 	// From here an exit of this pid is the container's: runc init waits for runc start, so
-	// nothing of it can have exited unseen before this point.
-	s.running[p.Pid()] = running{c: c}
+	// nothing of it can have exited unseen before this point. A container to be restored has
+	// no process before Start.
+	if pid := p.Pid(); pid > 0 {
+		s.running[pid] = running{c: c}
+	}
 	s.cfg.Events.Publish(events.TopicCreate, &eventstypes.TaskCreate{
 		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(p.Pid()), Checkpoint: r.Checkpoint,
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
@@ -217,6 +258,9 @@ func (s *Service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 // startInit runs the init. A process that exits at once (/bin/true) can be reaped before runc
 // start returns: its exit is held until TaskStart is out, then handled, exactly once.
 func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartResponse, error) {
+	if c.init.Restoring() {
+		return s.restoreInit(ctx, c)
+	}
 	pid := c.init.Pid()
 	s.mu.Lock()
 	s.starting[pid] = nil
@@ -234,6 +278,43 @@ func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartRe
 	}
 	if err != nil {
 		return nil, rpcError(err)
+	}
+	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
+}
+
+// restoreInit restores a container created from a checkpoint. As with an exec, the pid is
+// known only once runc restore returns, and by then the restored process may have exited and
+// been reaped: its exit is among those of unknown pids kept while such starts are in flight.
+func (s *Service) restoreInit(ctx context.Context, c *container) (*taskapi.StartResponse, error) {
+	s.mu.Lock()
+	s.execStarts++
+	s.mu.Unlock()
+	err := c.init.Start(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.execStarts--
+	defer func() {
+		if s.execStarts == 0 {
+			s.unclaimed = nil
+		}
+	}()
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	pid := c.init.Pid()
+	if m, ok := c.init.MemoryCgroup(); ok && s.cfg.OOM != nil {
+		if err := s.cfg.OOM.Add(c.id, m); err != nil {
+			s.cfg.Log.Warn("watch for oom", "id", c.id, "err", err)
+		}
+	}
+	s.running[pid] = running{c: c}
+	s.cfg.Events.Publish(events.TopicStart, &eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(pid)})
+	for i, x := range s.unclaimed {
+		if x.Pid == pid {
+			s.unclaimed = append(s.unclaimed[:i], s.unclaimed[i+1:]...)
+			s.handleExit(x)
+			break
+		}
 	}
 	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
 }
@@ -671,7 +752,14 @@ func (s *Service) Connect(ctx context.Context, r *taskapi.ConnectRequest) (*task
 func (s *Service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*emptypb.Empty, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.containers) > 0 || len(s.creating) > 0 {
+	if len(s.containers) > 0 {
+		return &emptypb.Empty{}, nil
+	}
+	// containerd sends Shutdown right after a Create that failed, maybe at its deadline while
+	// the shim is still undoing it: the Create's end decides, as the reference's Shutdown
+	// decides behind the lock that its Create holds to the end.
+	if len(s.creating) > 0 {
+		s.shutdownAsked = true
 		return &emptypb.Empty{}, nil
 	}
 	s.cfg.Shutdown()
