@@ -255,9 +255,11 @@ func (s *sharedWriter) done() {
 }
 
 // openBinary starts the logging binary of a binary:// URI the way containerd does
-// (cmd/containerd-shim-runc-v2/process/io.go NewBinaryIO): stdout's read end as fd 3,
-// stderr's as fd 4, and fd 5, which it closes once it is ready; CONTAINER_ID and
-// CONTAINER_NAMESPACE in its environment; the URI's query as its arguments.
+// (cmd/containerd-shim-runc-v2/process/io.go NewBinaryIO, NewBinaryCmd): stdout's read end as
+// fd 3, stderr's as fd 4, and fd 5, which it closes once it is ready; the URI's query as its
+// arguments. Its environment is CONTAINER_ID and CONTAINER_NAMESPACE and nothing else: the
+// shim's own holds containerd's (proxy credentials, secrets a service unit sets) and the
+// addresses of containerd's APIs, none of which a logger of one container's output needs.
 func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (_ *Pipes, err error) {
 	if monitor == nil {
 		return nil, errors.New("binary:// needs a process monitor")
@@ -291,7 +293,7 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 		}
 	}
 	cmd := exec.Command(u.Path, args...)
-	cmd.Env = append(os.Environ(), "CONTAINER_ID="+id, "CONTAINER_NAMESPACE="+namespace)
+	cmd.Env = []string{"CONTAINER_ID=" + id, "CONTAINER_NAMESPACE=" + namespace}
 	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
 	ec, err := monitor.Start(cmd)
 	if err != nil {

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package stdio
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	runc "github.com/containerd/go-runc"
+)
+
+// loggerFlag, as the one key of a binary:// URI's query, makes the test binary a logging
+// binary: the shim passes the query as arguments, and nothing else reaches the logger (not the
+// environment the test helpers of testkit use).
+const loggerFlag = "-stdio-test-logger"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == loggerFlag {
+		os.Exit(runLogger(os.Args[2]))
+	}
+	os.Exit(m.Run())
+}
+
+// runLogger is a logging binary. spec is MODE:FILE.
+//   - env: writes its environment to FILE, then reads its stdout pipe (fd 3) to the end.
+//   - term: writes "term" to FILE when SIGTERM comes, and exits 0.
+//   - ignore: ignores SIGTERM and never exits by itself.
+//
+// Each says it is ready (closes fd 5) only once it is set up.
+func runLogger(spec string) int {
+	mode, file, _ := strings.Cut(spec, ":")
+	ready := os.NewFile(5, "ready")
+	switch mode {
+	case "env":
+		if err := os.WriteFile(file, []byte(strings.Join(os.Environ(), "\n")), 0o600); err != nil {
+			return 1
+		}
+		ready.Close()
+		buf := make([]byte, 4096)
+		out := os.NewFile(3, "stdout")
+		for {
+			if _, err := out.Read(buf); err != nil {
+				return 0
+			}
+		}
+	case "term":
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		ready.Close()
+		<-term
+		if err := os.WriteFile(file, []byte("term"), 0o600); err != nil {
+			return 1
+		}
+		return 0
+	case "ignore":
+		signal.Ignore(syscall.SIGTERM)
+		ready.Close()
+		select {}
+	}
+	return 2
+}
+
+// cmdMonitor starts and waits for logging binaries as the shim's reaper does, and keeps how
+// each ended.
+type cmdMonitor struct {
+	ended chan *os.ProcessState
+}
+
+func (m *cmdMonitor) Start(c *exec.Cmd) (chan runc.Exit, error) {
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	ec := make(chan runc.Exit, 1)
+	go func() {
+		// Owned by the command: ends when it exits.
+		_ = c.Wait()
+		m.ended <- c.ProcessState
+		ec <- runc.Exit{Pid: c.Process.Pid, Status: c.ProcessState.ExitCode()}
+	}()
+	return ec, nil
+}
+
+func (m *cmdMonitor) StartLocked(c *exec.Cmd) (chan runc.Exit, error) { return m.Start(c) }
+
+func (m *cmdMonitor) Wait(c *exec.Cmd, ec chan runc.Exit) (int, error) {
+	e := <-ec
+	return e.Status, nil
+}
+
+// openLogger opens stdio whose output goes to this test binary as a logging binary in mode.
+// It returns the file the logger writes and the monitor that saw it start.
+func openLogger(t *testing.T, mode string) (*Pipes, string, *cmdMonitor) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "logger-out")
+	uri := "binary://" + self + "?" + loggerFlag + "=" + mode + ":" + file
+	m := &cmdMonitor{ended: make(chan *os.ProcessState, 1)}
+	p, err := Open(Config{Stdout: uri, Stderr: uri}, "ctr-id", "ns-test", 0, 0, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, file, m
+}
+
+// ended waits for the logging binary's exit, which Close should already have brought about.
+func (m *cmdMonitor) exit(t *testing.T) *os.ProcessState {
+	t.Helper()
+	select {
+	case st := <-m.ended:
+		return st
+	case <-time.After(10 * time.Second):
+		t.Fatal("the logging binary has not exited")
+		return nil
+	}
+}
+
+// TestLoggerEnvironment: a logging binary gets the container's id and namespace and nothing
+// of the shim's environment, which holds containerd's own (proxy credentials, secrets set for
+// the service) and the addresses of containerd's APIs.
+func TestLoggerEnvironment(t *testing.T) {
+	t.Setenv("TTRPC_ADDRESS", "/run/containerd/containerd.sock.ttrpc")
+	t.Setenv("GRPC_ADDRESS", "/run/containerd/containerd.sock")
+	t.Setenv("HTTPS_PROXY", "http://user:secret@proxy:3128")
+	p, file, m := openLogger(t, "env")
+	data, err := os.ReadFile(file) // written before it said it was ready
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	m.exit(t)
+	got := strings.Split(string(data), "\n")
+	slices.Sort(got)
+	want := []string{"CONTAINER_ID=ctr-id", "CONTAINER_NAMESPACE=ns-test"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the logging binary's environment is\n%s\nwant only\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestLoggerFailsToStart: a logging binary that cannot run is an error of Open, with its path.
+func TestLoggerFailsToStart(t *testing.T) {
+	m := &cmdMonitor{ended: make(chan *os.ProcessState, 1)}
+	_, err := Open(Config{Stdout: "binary:///nonexistent/logger"}, "id", "ns", 0, 0, m)
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/logger") || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open with a missing logging binary: %v", err)
+	}
+}
