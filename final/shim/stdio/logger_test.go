@@ -149,6 +149,44 @@ func TestLoggerEnvironment(t *testing.T) {
 	}
 }
 
+// TestLoggerStoppedWithSIGTERM: closing a process's stdio asks the logging binary to stop with
+// SIGTERM, so that it can flush what it holds, and waits for it.
+func TestLoggerStoppedWithSIGTERM(t *testing.T) {
+	p, file, m := openLogger(t, "term")
+	if err := p.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	// Close has waited for the logger: what it did on SIGTERM is done.
+	data, err := os.ReadFile(file)
+	if err != nil || string(data) != "term" {
+		t.Errorf("the logging binary did not get SIGTERM (%q, %v)", data, err)
+	}
+	if st := m.exit(t); !st.Success() {
+		t.Errorf("the logging binary ended with %v, want its own exit 0", st)
+	}
+}
+
+// TestLoggerKilledAfterGrace: a logging binary that ignores SIGTERM is killed once the grace
+// period is over, and Close returns only then.
+func TestLoggerKilledAfterGrace(t *testing.T) {
+	defer func(g time.Duration) { loggerGrace = g }(loggerGrace)
+	loggerGrace = 200 * time.Millisecond // containerd's 12s would make a slow test
+	p, _, m := openLogger(t, "ignore")
+	if err := p.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	select {
+	case st := <-m.ended:
+		ws, ok := st.Sys().(syscall.WaitStatus)
+		if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the logging binary ended with %v, want SIGKILL", st)
+		}
+	default:
+		t.Error("Close returned while the logging binary still ran")
+		m.exit(t)
+	}
+}
+
 // TestLoggerFailsToStart: a logging binary that cannot run is an error of Open, with its path.
 func TestLoggerFailsToStart(t *testing.T) {
 	m := &cmdMonitor{ended: make(chan *os.ProcessState, 1)}

@@ -39,9 +39,8 @@ type Pipes struct {
 	closers []io.Closer
 	stdinW  io.WriteCloser // the process's stdin
 	// keeper is the shim's own writer of the stdin FIFO (openStdin); CloseIO closes it.
-	keeper  io.Closer
-	binary  *exec.Cmd // the logging binary, for binary://
-	monitor runc.ProcessMonitor
+	keeper io.Closer
+	logger *logger // the logging binary, for binary://
 	// devNull is the process's stdout and stderr when only stdin was asked for. Left unset,
 	// go-runc would capture runc's output through a pipe the container inherits, and wait for
 	// the container's exit before runc create or exec returned.
@@ -299,8 +298,10 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 	if err != nil {
 		return nil, fmt.Errorf("start logging binary %s: %w", u.Path, err)
 	}
+	lg := &logger{cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		// Owned by the logging binary: ends when it exits, which Close brings about.
+		defer close(lg.exited)
 		monitor.Wait(cmd, ec)
 	}()
 	// Our copies of its ends go, so that its exit (or its close of fd 5) is seen.
@@ -325,7 +326,46 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("logging binary %s did not get ready within 10s", u.Path)
 	}
-	return &Pipes{IO: &binaryIO{out: outW, err: errW}, binary: cmd, monitor: monitor}, nil
+	return &Pipes{IO: &binaryIO{out: outW, err: errW}, logger: lg}, nil
+}
+
+// loggerGrace is how long a logging binary has between SIGTERM and SIGKILL to flush what it
+// holds and exit: containerd's shim gives 12s (binaryIOProcTermTimeout).
+var loggerGrace = 12 * time.Second
+
+// logger is a running logging binary.
+type logger struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the monitor has collected its exit
+}
+
+// stop ends the logging binary as containerd's shim does (binaryIO.cancel): SIGTERM, and
+// SIGKILL if it has not exited after loggerGrace. It returns once the binary has exited, so
+// that a shim told to shut down next leaves no logger behind.
+func (l *logger) stop() error {
+	select {
+	case <-l.exited:
+		return nil
+	default:
+	}
+	if err := l.cmd.Process.Signal(syscall.SIGTERM); err == nil {
+		select {
+		case <-l.exited:
+			return nil
+		case <-time.After(loggerGrace):
+		}
+	}
+	// Not stopped within the grace, or it could not be asked (it may have exited just now:
+	// the signal then fails, and so does this).
+	_ = l.cmd.Process.Kill()
+	select {
+	case <-l.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+		// Killed but not gone: stuck in the kernel (a hung mount, say). The monitor still
+		// collects it whenever it ends.
+		return fmt.Errorf("logging binary %s (pid %d) has not exited after SIGKILL", l.cmd.Path, l.cmd.Process.Pid)
+	}
 }
 
 // binaryIO hands the container the write ends of the logging binary's pipes.
@@ -379,7 +419,7 @@ func (p *Pipes) CloseStdin() error {
 }
 
 // Close closes the pipes and what they were copied to, which ends every copy, and stops the
-// logging binary.
+// logging binary: it may take up to loggerGrace.
 func (p *Pipes) Close() error {
 	for _, c := range p.closers {
 		c.Close()
@@ -388,9 +428,9 @@ func (p *Pipes) Close() error {
 	if p.IO != nil {
 		err = p.IO.Close()
 	}
-	if p.binary != nil {
-		// The binary sees EOF on both pipes now and should exit; make sure it does.
-		time.AfterFunc(5*time.Second, func() { p.binary.Process.Signal(syscall.SIGKILL) })
+	if p.logger != nil {
+		// The binary sees EOF on both pipes now; SIGTERM tells it not to wait for more.
+		err = errors.Join(err, p.logger.stop())
 	}
 	return err
 }
