@@ -109,10 +109,12 @@ func (p *base) CloseIO() error {
 	return p.io.CloseStdin()
 }
 
-// Resize sets the size of the process's terminal.
+// Resize sets the size of the process's terminal. A process without one has nothing to
+// resize, which is no error: containerd's shim answers so, and clients resize whatever they
+// attach to.
 func (p *base) Resize(width, height uint32) error {
 	if p.console == nil {
-		return fmt.Errorf("process %s has no terminal: %w", p.id, errdefs.ErrFailedPrecondition)
+		return nil
 	}
 	return p.console.Resize(width, height)
 }
