@@ -86,6 +86,10 @@ func (p *base) SetExited(status int, at time.Time) {
 	if p.status != task.Status_UNKNOWN { // deleted stays deleted
 		p.status = task.Status_STOPPED
 	}
+	if p.console != nil {
+		// The copy ends with the process, not with the last holder of its terminal.
+		p.console.Shutdown()
+	}
 	close(p.done)
 }
 

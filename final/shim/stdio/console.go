@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A process's terminal: the pty master runc sends over the console socket, copied to and from
+// containerd's FIFOs through one epoll instance that serves every terminal of the shim.
+// Mirrors containerd v2.4 cmd/containerd-shim-runc-v2/runc/platform.go (NewPlatform,
+// CopyConsole, ShutdownConsole) and the ShutdownConsole of process/init.go and exec.go at exit.
+
 package stdio
 
 import (
@@ -13,17 +18,47 @@ import (
 	runc "github.com/containerd/go-runc"
 )
 
+// The epoller waits for every terminal of the shim in a single thread. A copy that read the
+// master with read(2) would hold an OS thread per terminal for as long as the terminal lives;
+// through the epoller a waiting copy is a parked goroutine. Its goroutine lives as long as the
+// shim, as containerd's platform's does: epoll_wait cannot be woken to stop, and closing the
+// epoll descriptor under it would not wake it either.
+var (
+	epollMu sync.Mutex
+	epoller *console.Epoller // guarded by epollMu; made by the first terminal
+)
+
+func sharedEpoller() (*console.Epoller, error) {
+	epollMu.Lock()
+	defer epollMu.Unlock()
+	if epoller != nil {
+		return epoller, nil
+	}
+	e, err := console.NewEpoller()
+	if err != nil {
+		return nil, fmt.Errorf("create the terminals' epoll instance: %w", err)
+	}
+	go func() {
+		// Owned by the shim process (see above): ends only with it.
+		_ = e.Wait()
+	}()
+	epoller = e
+	return e, nil
+}
+
 // Console is a process's terminal. runc creates the pty and sends its master end over a unix
 // socket; the shim copies between the master and the FIFOs containerd named.
 type Console struct {
 	cfg    Config
 	socket *runc.Socket
 
-	mu     sync.Mutex
-	master console.Console // guarded by mu; nil until Attach
-	stdin  io.Closer       // guarded by mu; the stdin FIFO's read end
-	keeper io.Closer       // guarded by mu; the shim's writer of the stdin FIFO (openStdin)
-	wg     sync.WaitGroup  // the output copy
+	mu      sync.Mutex
+	master  *console.EpollConsole // guarded by mu; nil until Attach
+	shut    bool                  // guarded by mu; Shutdown was called
+	epoller *console.Epoller      // the one master is registered with
+	stdin   io.Closer             // guarded by mu; the stdin FIFO's read end
+	keeper  io.Closer             // guarded by mu; the shim's writer of the stdin FIFO (openStdin)
+	wg      sync.WaitGroup        // the output copy
 }
 
 // NewConsole makes the socket runc sends the master to (runc --console-socket).
@@ -54,14 +89,29 @@ func (c *Console) Socket() runc.ConsoleSocket {
 // Attach receives the master from runc (call it after runc create or exec returned) and starts
 // the copies: stdin FIFO to the terminal, the terminal to the stdout FIFO.
 func (c *Console) Attach() error {
-	master, err := c.socket.ReceiveMaster()
+	m, err := c.socket.ReceiveMaster()
 	c.socket.Close()
 	if err != nil {
 		return fmt.Errorf("receive the pty master: %w", err)
 	}
+	ep, err := sharedEpoller()
+	if err != nil {
+		m.Close()
+		return err
+	}
+	// From here on the master is non-blocking, and read and written through the epoller.
+	master, err := ep.Add(m)
+	if err != nil {
+		m.Close()
+		return fmt.Errorf("watch the pty master: %w", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.master = master
+	c.master, c.epoller = master, ep
+	if c.shut {
+		// The process exited before its terminal was attached: copy what it left, no more.
+		c.shutdown()
+	}
 	if c.cfg.Stdout != "" {
 		out, err := outputFIFO(c.cfg.Stdout)
 		if err != nil {
@@ -69,10 +119,10 @@ func (c *Console) Attach() error {
 		}
 		c.wg.Add(1)
 		go func() {
-			// Owned by c: ends when the last process holding the terminal exits (reads fail
-			// with EIO then), or when Close closes the master.
+			// Owned by c: ends once the process has exited (Shutdown) and what it wrote is
+			// copied, or when Close closes the master.
 			defer c.wg.Done()
-			io.Copy(out, master)
+			_, _ = io.Copy(out, master)
 			out.Close()
 		}()
 	}
@@ -84,8 +134,8 @@ func (c *Console) Attach() error {
 		c.stdin, c.keeper = in, keeper
 		go func() {
 			// Owned by c: ends at EOF, once CloseIO closed the shim's writer and no client
-			// holds one, or when Close closes the FIFO.
-			io.Copy(master, in)
+			// holds one, or when Close closes the FIFO or the master.
+			_ = copyWhenReady(master, in)
 		}()
 	}
 	return nil
@@ -96,7 +146,8 @@ func (c *Console) Resize(width, height uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.master == nil {
-		return errors.New("the terminal is not attached yet")
+		// Not started yet, as containerd's shim, which has no console before then either.
+		return nil
 	}
 	return c.master.Resize(console.WinSize{Width: uint16(width), Height: uint16(height)})
 }
@@ -115,8 +166,33 @@ func (c *Console) CloseStdin() error {
 	return err
 }
 
-// Wait blocks until the output copy is done, at most timeout.
+// Shutdown ends the terminal's copies once what it holds is read: the process has exited. Any
+// other process still holding the terminal (a child left in the background) is not waited for:
+// its output has no reader, as with containerd's shim (ShutdownConsole at exit). The master
+// stays open, for a Resize, until Close.
+func (c *Console) Shutdown() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.shut = true
+	c.shutdown()
+}
+
+// shutdown is Shutdown with mu held. Once the master is off the epoller, a read that finds
+// nothing more ends the output copy instead of waiting.
+func (c *Console) shutdown() {
+	if c.master == nil || c.epoller == nil {
+		return
+	}
+	ep := c.epoller
+	c.epoller = nil // unregistered once only
+	_ = c.master.Shutdown(ep.CloseConsole)
+}
+
+// Wait blocks until the output copy is done, at most timeout. It is called once the process
+// is gone, so it shuts the terminal down first: after a runc delete --force of a created
+// container, the exit may not have been recorded yet.
 func (c *Console) Wait(timeout time.Duration) {
+	c.Shutdown()
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()
 	select {
@@ -134,8 +210,14 @@ func (c *Console) Close() error {
 	if c.stdin != nil {
 		c.stdin.Close()
 	}
-	if c.master != nil {
-		return c.master.Close()
+	if c.master == nil {
+		return nil
 	}
-	return nil
+	c.shut = true
+	c.shutdown()
+	err := c.master.Close()
+	// A stdin copy waiting for room in the terminal is woken to find it closed. The epoller
+	// is not asked again: the descriptor's number may already be another file's.
+	_ = c.master.Shutdown(func(int) error { return nil })
+	return err
 }
