@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 
 // runLogger is a logging binary. spec is MODE:FILE.
 //   - env: writes its environment to FILE, then reads its stdout pipe (fd 3) to the end.
+//   - byte: env, but says it is ready with a byte on fd 5 before closing it (binary-v2).
 //   - term: writes "term" to FILE when SIGTERM comes, and exits 0.
 //   - ignore: ignores SIGTERM and never exits by itself.
 //
@@ -39,9 +40,14 @@ func runLogger(spec string) int {
 	mode, file, _ := strings.Cut(spec, ":")
 	ready := os.NewFile(5, "ready")
 	switch mode {
-	case "env":
+	case "env", "byte":
 		if err := os.WriteFile(file, []byte(strings.Join(os.Environ(), "\n")), 0o600); err != nil {
 			return 1
+		}
+		if mode == "byte" {
+			if _, err := ready.Write([]byte{1}); err != nil {
+				return 1
+			}
 		}
 		ready.Close()
 		buf := make([]byte, 4096)
@@ -99,18 +105,26 @@ func (m *cmdMonitor) Wait(c *exec.Cmd, ec chan runc.Exit) (int, error) {
 // It returns the file the logger writes and the monitor that saw it start.
 func openLogger(t *testing.T, mode string) (*Pipes, string, *cmdMonitor) {
 	t.Helper()
+	p, file, m, err := openLoggerScheme(t, "binary", mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, file, m
+}
+
+// openLoggerScheme is openLogger for a scheme of the binary logging protocol, returning Open's
+// error.
+func openLoggerScheme(t *testing.T, scheme, mode string) (*Pipes, string, *cmdMonitor, error) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "logger-out")
-	uri := "binary://" + self + "?" + loggerFlag + "=" + mode + ":" + file
+	uri := scheme + "://" + self + "?" + loggerFlag + "=" + mode + ":" + file
 	m := &cmdMonitor{ended: make(chan *os.ProcessState, 1)}
 	p, err := Open(Config{Stdout: uri, Stderr: uri}, "ctr-id", "ns-test", 0, 0, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, file, m
+	return p, file, m, err
 }
 
 // ended waits for the logging binary's exit, which Close should already have brought about.
@@ -193,5 +207,38 @@ func TestLoggerFailsToStart(t *testing.T) {
 	_, err := Open(Config{Stdout: "binary:///nonexistent/logger"}, "id", "ns", 0, 0, m)
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/logger") || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open with a missing logging binary: %v", err)
+	}
+}
+
+// TestLoggerReadiness: binary:// takes a closed fd 5 for ready, with or without a byte written
+// first; binary-v2:// requires the byte, and a logger that closes fd 5 without it is an error of
+// Open, which leaves no logger running.
+func TestLoggerReadiness(t *testing.T) {
+	for _, c := range []struct {
+		scheme, mode string
+		ok           bool
+	}{
+		{"binary", "env", true},
+		{"binary", "byte", true},
+		{"binary-v2", "byte", true},
+		{"binary-v2", "env", false},
+	} {
+		t.Run(c.scheme+"-"+c.mode, func(t *testing.T) {
+			p, _, m, err := openLoggerScheme(t, c.scheme, c.mode)
+			if c.ok {
+				if err != nil {
+					t.Fatalf("Open: %v", err)
+				}
+				if err := p.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			} else if err == nil {
+				p.Close()
+				t.Fatal("Open succeeded with a logger that never wrote the ready byte")
+			} else if !strings.Contains(err.Error(), "binary-v2") {
+				t.Errorf("Open: %v; want an error that names what binary-v2 requires", err)
+			}
+			m.exit(t)
+		})
 	}
 }

@@ -82,10 +82,10 @@ func Open(cfg Config, id, namespace string, uid, gid int, monitor runc.ProcessMo
 		}
 		cfg.Stdout, cfg.Stderr = u.Path, u.Path
 		return openCopied(cfg, uid, gid, outputFile)
-	case "binary":
+	case "binary", "binary-v2":
 		return openBinary(cfg, u, id, namespace, monitor)
 	}
-	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file or binary): %w", cfg.Stdout, u.Scheme, errdefs.ErrInvalidArgument)
+	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file, binary or binary-v2): %w", cfg.Stdout, u.Scheme, errdefs.ErrInvalidArgument)
 }
 
 // CheckFIFO refuses a stdio path that is not a FIFO itself: a regular file, a directory, a
@@ -256,7 +256,9 @@ func (s *sharedWriter) done() {
 // openBinary starts the logging binary of a binary:// URI the way containerd does
 // (cmd/containerd-shim-runc-v2/process/io.go NewBinaryIO, NewBinaryCmd): stdout's read end as
 // fd 3, stderr's as fd 4, and fd 5, which it closes once it is ready; the URI's query as its
-// arguments. Its environment is CONTAINER_ID and CONTAINER_NAMESPACE and nothing else: the
+// arguments. Under binary:// it is ready when it closes fd 5; under binary-v2:// (containerd
+// 2.2 and later) it must write a byte to it first, so that a logger that crashed at start is
+// not taken for a ready one. Its environment is CONTAINER_ID and CONTAINER_NAMESPACE and nothing else: the
 // shim's own holds containerd's (proxy credentials, secrets a service unit sets) and the
 // addresses of containerd's APIs, none of which a logger of one container's output needs.
 func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (_ *Pipes, err error) {
@@ -308,18 +310,26 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 	outR.Close()
 	errR.Close()
 	readyW.Close()
-	ready := make(chan error, 1)
+	type readiness struct {
+		n   int
+		err error
+	}
+	ready := make(chan readiness, 1)
 	go func() {
-		// Ends when the binary closes fd 5 or exits; bounded below.
-		_, rerr := readyR.Read(make([]byte, 1))
-		ready <- rerr
+		// Ends when the binary writes to fd 5, closes it or exits; bounded below.
+		n, rerr := readyR.Read(make([]byte, 1))
+		ready <- readiness{n, rerr}
 	}()
 	select {
-	case rerr := <-ready:
+	case r := <-ready:
 		readyR.Close()
-		if rerr != nil && !errors.Is(rerr, io.EOF) {
+		if r.err != nil && !errors.Is(r.err, io.EOF) {
 			cmd.Process.Kill()
-			return nil, fmt.Errorf("logging binary %s: %w", u.Path, rerr)
+			return nil, fmt.Errorf("logging binary %s: %w", u.Path, r.err)
+		}
+		if u.Scheme == "binary-v2" && r.n == 0 {
+			cmd.Process.Kill()
+			return nil, fmt.Errorf("logging binary %s closed fd 5 without writing the byte binary-v2:// requires: it may have failed to start", u.Path)
 		}
 	case <-time.After(10 * time.Second):
 		readyR.Close()
