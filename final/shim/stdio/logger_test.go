@@ -17,14 +17,15 @@ import (
 	runc "github.com/containerd/go-runc"
 )
 
-// loggerFlag, as the one key of a binary:// URI's query, makes the test binary a logging
-// binary: the shim passes the query as arguments, and nothing else reaches the logger (not the
+// loggerFlag, as a key of a binary:// URI's query, makes the test binary a logging binary:
+// the shim passes the query as arguments, and nothing else reaches the logger (not the
 // environment the test helpers of testkit use).
 const loggerFlag = "-stdio-test-logger"
 
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == loggerFlag {
-		os.Exit(runLogger(os.Args[2]))
+	// The query's keys come in no particular order.
+	if i := slices.Index(os.Args, loggerFlag); i > 0 && i+1 < len(os.Args) {
+		os.Exit(runLogger(os.Args[i+1]))
 	}
 	os.Exit(m.Run())
 }
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 // runLogger is a logging binary. spec is MODE:FILE.
 //   - env: writes its environment to FILE, then reads its stdout pipe (fd 3) to the end.
 //   - byte: env, but says it is ready with a byte on fd 5 before closing it (binary-v2).
+//   - args: writes its arguments to FILE, each ended by a NUL.
 //   - term: writes "term" to FILE when SIGTERM comes, and exits 0.
 //   - ignore: ignores SIGTERM and never exits by itself.
 //
@@ -57,6 +59,16 @@ func runLogger(spec string) int {
 				return 0
 			}
 		}
+	case "args":
+		var b strings.Builder
+		for _, a := range os.Args[1:] {
+			b.WriteString(a + "\x00")
+		}
+		if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+			return 1
+		}
+		ready.Close()
+		return 0
 	case "term":
 		term := make(chan os.Signal, 1)
 		signal.Notify(term, syscall.SIGTERM)
@@ -116,12 +128,21 @@ func openLogger(t *testing.T, mode string) (*Pipes, string, *cmdMonitor) {
 // error.
 func openLoggerScheme(t *testing.T, scheme, mode string) (*Pipes, string, *cmdMonitor, error) {
 	t.Helper()
+	return openLoggerQuery(t, scheme, mode, "")
+}
+
+// openLoggerQuery is openLoggerScheme with more of the query (a=b&c) after the logger's key.
+func openLoggerQuery(t *testing.T, scheme, mode, query string) (*Pipes, string, *cmdMonitor, error) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "logger-out")
 	uri := scheme + "://" + self + "?" + loggerFlag + "=" + mode + ":" + file
+	if query != "" {
+		uri += "&" + query
+	}
 	m := &cmdMonitor{ended: make(chan *os.ProcessState, 1)}
 	p, err := Open(Config{Stdout: uri, Stderr: uri}, "ctr-id", "ns-test", 0, 0, m)
 	return p, file, m, err
@@ -240,5 +261,28 @@ func TestLoggerReadiness(t *testing.T) {
 			}
 			m.exit(t)
 		})
+	}
+}
+
+// TestLoggerArguments: the URI's query becomes the logging binary's arguments, each key followed
+// by its first value, and by an empty argument when it has none, as containerd's shim does.
+func TestLoggerArguments(t *testing.T) {
+	p, file, m, err := openLoggerQuery(t, "binary", "args", "flag&to=%2Fvar%2Flog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	m.exit(t)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	pairs := map[string]string{}
+	for i := 0; i+1 < len(args); i += 2 {
+		pairs[args[i]] = args[i+1]
+	}
+	if len(args) != 6 || pairs["flag"] != "" || pairs["to"] != "/var/log" || pairs[loggerFlag] == "" {
+		t.Errorf("the logging binary's arguments are %q; want key, value pairs for %s, flag (empty) and to", args, loggerFlag)
 	}
 }

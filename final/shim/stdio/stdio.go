@@ -289,7 +289,9 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 	var args []string
 	for k, vs := range u.Query() {
 		args = append(args, k)
-		if len(vs) > 0 && vs[0] != "" {
+		// A key without a value still gives an argument after it, empty, as containerd's
+		// shim passes it.
+		if len(vs) > 0 {
 			args = append(args, vs[0])
 		}
 	}
