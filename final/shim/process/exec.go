@@ -68,7 +68,7 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	defer os.Remove(pidFile)
 	opts := &runc.ExecOpts{Detach: true, PidFile: pidFile}
 	if e.stdio.Terminal {
-		c, err := stdio.NewConsole(e.stdio)
+		c, err := stdio.NewConsole(e.stdio, p.id, p.Namespace, p.monitor)
 		if err != nil {
 			return err
 		}

@@ -197,3 +197,47 @@ func TestResizeWithoutTerminal(t *testing.T) {
 		}
 	}
 }
+
+// shellLogger writes a logging binary that saves its environment to <to>.env and its stdout
+// (fd 3) to <to>.out, and returns the binary:// URI that runs it with to as its argument.
+func shellLogger(t *testing.T) (uri, to string) {
+	t.Helper()
+	dir := testkit.TempDir(t)
+	logger := filepath.Join(dir, "logger.sh")
+	script := "#!/bin/sh\ntr '\\0' '\\n' </proc/$$/environ >\"$2.env\"\nexec 5>&-\nexec cat <&3 >\"$2.out\"\n"
+	testkit.WriteExecutable(t, logger, []byte(script))
+	to = filepath.Join(dir, "log")
+	return "binary://" + logger + "?to=" + to, to
+}
+
+// TestTerminalToLogger: `exec -t` with a binary:// log URI, as containerd's shim takes it
+// (CopyConsole): the terminal's output goes to the logging binary's stdout, and the logger is
+// stopped when the exec is deleted.
+func TestTerminalToLogger(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "tty-logger", testkit.TaskOptions{Args: []string{"sleep", "600"}, NullIO: true})
+	k.Run()
+	uri, to := shellLogger(t)
+	data, err := json.Marshal(specs.Process{Terminal: true, Args: []string{"/bin/sh", "-c", "echo tty-to-logger"}, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Conn.Task.Exec(rpcCtx(t, 10*time.Second), &taskapi.ExecProcessRequest{
+		ID: k.ID, ExecID: "sh", Terminal: true, Stdout: uri, Stderr: uri,
+		Spec: &anypb.Any{TypeUrl: "types.containerd.io/opencontainers/runtime-spec/1/Process", Value: data},
+	}); err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if _, err := k.Conn.Task.Start(rpcCtx(t, 10*time.Second), &taskapi.StartRequest{ID: k.ID, ExecID: "sh"}); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	waitExec(t, k, "sh")
+	if _, err := k.Conn.Task.Delete(rpcCtx(t, 20*time.Second), &taskapi.DeleteRequest{ID: k.ID, ExecID: "sh"}); err != nil {
+		t.Fatalf("Delete exec: %v", err)
+	}
+	// The logger has exited (Delete waited for it); cat, which it became, wrote as it read.
+	if out, err := os.ReadFile(to + ".out"); err != nil || string(out) != "tty-to-logger\r\n" {
+		t.Errorf("the logging binary got %q (%v), want the terminal's output", out, err)
+	}
+}

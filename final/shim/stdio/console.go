@@ -11,10 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/containerd/console"
+	"github.com/containerd/errdefs"
 	runc "github.com/containerd/go-runc"
 )
 
@@ -59,26 +62,60 @@ type Console struct {
 	stdin   io.Closer             // guarded by mu; the stdin FIFO's read end
 	keeper  io.Closer             // guarded by mu; the shim's writer of the stdin FIFO (openStdin)
 	wg      sync.WaitGroup        // the output copy
+	// With a binary:// stdout, the logging binary and the write end of its stdout, which the
+	// output copy writes to and closes.
+	logger *logger
+	logOut *os.File
 }
 
-// NewConsole makes the socket runc sends the master to (runc --console-socket).
-func NewConsole(cfg Config) (*Console, error) {
+// NewConsole makes the socket runc sends the master to (runc --console-socket). The terminal's
+// output goes to the stdout FIFO or, for a binary:// URI, to a logging binary, started now
+// with id and namespace in its environment (see startLogger): its stderr pipe is closed at
+// once, a terminal having one stream. Other URIs are refused, as containerd's shim does.
+func NewConsole(cfg Config, id, namespace string, monitor runc.ProcessMonitor) (_ *Console, err error) {
 	if !cfg.Terminal {
 		return nil, errors.New("not a terminal")
 	}
 	// Checked now, before runc makes a container whose terminal could not be attached.
-	for _, path := range []string{cfg.Stdin, cfg.Stdout} {
-		if path != "" {
-			if err := CheckFIFO(path); err != nil {
+	if cfg.Stdin != "" {
+		if err := CheckFIFO(cfg.Stdin); err != nil {
+			return nil, err
+		}
+	}
+	c := &Console{cfg: cfg}
+	if cfg.Stdout != "" {
+		u, err := url.Parse(cfg.Stdout)
+		if err != nil {
+			return nil, fmt.Errorf("stdout %q: %v: %w", cfg.Stdout, err, errdefs.ErrInvalidArgument)
+		}
+		switch u.Scheme {
+		case "", "fifo":
+			if err := CheckFIFO(cfg.Stdout); err != nil {
 				return nil, err
 			}
+		case "binary", "binary-v2":
+			out, errOut, lg, err := startLogger(u, id, namespace, monitor)
+			if err != nil {
+				return nil, err
+			}
+			errOut.Close()
+			c.logger, c.logOut = lg, out
+			defer func() {
+				if err != nil {
+					out.Close()
+					_ = lg.stop()
+				}
+			}()
+		default:
+			return nil, fmt.Errorf("stdout %q: a terminal's output goes to a FIFO or a logging binary (binary://, binary-v2://), not %s://: %w", cfg.Stdout, u.Scheme, errdefs.ErrInvalidArgument)
 		}
 	}
 	s, err := runc.NewTempConsoleSocket()
 	if err != nil {
 		return nil, fmt.Errorf("console socket: %w", err)
 	}
-	return &Console{cfg: cfg, socket: s}, nil
+	c.socket = s
+	return c, nil
 }
 
 // Socket is what runc create or runc exec gets as --console-socket.
@@ -113,9 +150,11 @@ func (c *Console) Attach() error {
 		c.shutdown()
 	}
 	if c.cfg.Stdout != "" {
-		out, err := outputFIFO(c.cfg.Stdout)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", c.cfg.Stdout, err)
+		var out io.WriteCloser = c.logOut
+		if c.logOut == nil {
+			if out, err = outputFIFO(c.cfg.Stdout); err != nil {
+				return fmt.Errorf("open %s: %w", c.cfg.Stdout, err)
+			}
 		}
 		c.wg.Add(1)
 		go func() {
@@ -201,10 +240,21 @@ func (c *Console) Wait(timeout time.Duration) {
 	}
 }
 
-// Close closes the terminal and the FIFOs.
+// Close closes the terminal and the FIFOs, and waits for the logging binary to exit: that may
+// take up to loggerGrace.
 func (c *Console) Close() error {
 	c.socket.Close()
 	c.CloseStdin()
+	err := c.closeMaster()
+	if c.logger != nil {
+		// Closed by the output copy when it ended; not if it never started or is stuck.
+		c.logOut.Close()
+		err = errors.Join(err, c.logger.awaitEOF())
+	}
+	return err
+}
+
+func (c *Console) closeMaster() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stdin != nil {

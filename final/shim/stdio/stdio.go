@@ -253,17 +253,27 @@ func (s *sharedWriter) done() {
 	}
 }
 
-// openBinary starts the logging binary of a binary:// URI the way containerd does
+// openBinary hands the process the pipes of a logging binary (startLogger).
+func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (*Pipes, error) {
+	outW, errW, lg, err := startLogger(u, id, namespace, monitor)
+	if err != nil {
+		return nil, err
+	}
+	return &Pipes{IO: &binaryIO{out: outW, err: errW}, logger: lg}, nil
+}
+
+// startLogger starts the logging binary of a binary:// URI the way containerd does
 // (cmd/containerd-shim-runc-v2/process/io.go NewBinaryIO, NewBinaryCmd): stdout's read end as
 // fd 3, stderr's as fd 4, and fd 5, which it closes once it is ready; the URI's query as its
 // arguments. Under binary:// it is ready when it closes fd 5; under binary-v2:// (containerd
 // 2.2 and later) it must write a byte to it first, so that a logger that crashed at start is
-// not taken for a ready one. Its environment is CONTAINER_ID and CONTAINER_NAMESPACE and nothing else: the
-// shim's own holds containerd's (proxy credentials, secrets a service unit sets) and the
-// addresses of containerd's APIs, none of which a logger of one container's output needs.
-func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (_ *Pipes, err error) {
+// not taken for a ready one. Its environment is CONTAINER_ID and CONTAINER_NAMESPACE and
+// nothing else: the shim's own holds containerd's (proxy credentials, secrets a service unit
+// sets) and the addresses of containerd's APIs, none of which a logger of one container's
+// output needs. It returns the write ends of the logger's stdout and stderr.
+func startLogger(u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (outW, errW *os.File, _ *logger, err error) {
 	if monitor == nil {
-		return nil, errors.New("binary:// needs a process monitor")
+		return nil, nil, nil, errors.New("binary:// needs a process monitor")
 	}
 	var closers []io.Closer
 	defer func() {
@@ -275,17 +285,19 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 	}()
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
+	closers = append(closers, outR, outW)
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
+	closers = append(closers, errR, errW)
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	closers = append(closers, outR, outW, errR, errW, readyR, readyW)
+	closers = append(closers, readyR, readyW)
 	var args []string
 	for k, vs := range u.Query() {
 		args = append(args, k)
@@ -300,7 +312,7 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
 	ec, err := monitor.Start(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("start logging binary %s: %w", u.Path, err)
+		return nil, nil, nil, fmt.Errorf("start logging binary %s: %w", u.Path, err)
 	}
 	lg := &logger{cmd: cmd, exited: make(chan struct{})}
 	go func() {
@@ -327,18 +339,18 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 		readyR.Close()
 		if r.err != nil && !errors.Is(r.err, io.EOF) {
 			cmd.Process.Kill()
-			return nil, fmt.Errorf("logging binary %s: %w", u.Path, r.err)
+			return nil, nil, nil, fmt.Errorf("logging binary %s: %w", u.Path, r.err)
 		}
 		if u.Scheme == "binary-v2" && r.n == 0 {
 			cmd.Process.Kill()
-			return nil, fmt.Errorf("logging binary %s closed fd 5 without writing the byte binary-v2:// requires: it may have failed to start", u.Path)
+			return nil, nil, nil, fmt.Errorf("logging binary %s closed fd 5 without writing the byte binary-v2:// requires: it may have failed to start", u.Path)
 		}
 	case <-time.After(10 * time.Second):
 		readyR.Close()
 		cmd.Process.Kill()
-		return nil, fmt.Errorf("logging binary %s did not get ready within 10s", u.Path)
+		return nil, nil, nil, fmt.Errorf("logging binary %s did not get ready within 10s", u.Path)
 	}
-	return &Pipes{IO: &binaryIO{out: outW, err: errW}, logger: lg}, nil
+	return outW, errW, lg, nil
 }
 
 // loggerGrace is how long a logging binary has between SIGTERM and SIGKILL to flush what it
@@ -355,19 +367,34 @@ type logger struct {
 // SIGKILL if it has not exited after loggerGrace. It returns once the binary has exited, so
 // that a shim told to shut down next leaves no logger behind.
 func (l *logger) stop() error {
+	return l.end(true)
+}
+
+// awaitEOF ends the logging binary of a terminal: it has seen EOF and is left loggerGrace to
+// exit by itself, then killed. containerd's shim never signals a terminal's logger
+// (CopyConsole), so it is not sent SIGTERM, which could cut short its reading.
+func (l *logger) awaitEOF() error {
+	return l.end(false)
+}
+
+func (l *logger) end(term bool) error {
 	select {
 	case <-l.exited:
 		return nil
 	default:
 	}
-	if err := l.cmd.Process.Signal(syscall.SIGTERM); err == nil {
+	var err error
+	if term {
+		err = l.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	if err == nil {
 		select {
 		case <-l.exited:
 			return nil
 		case <-time.After(loggerGrace):
 		}
 	}
-	// Not stopped within the grace, or it could not be asked (it may have exited just now:
+	// Not gone within the grace, or it could not be asked (it may have exited just now:
 	// the signal then fails, and so does this).
 	_ = l.cmd.Process.Kill()
 	select {
