@@ -67,14 +67,15 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	pidFile := filepath.Join(p.Bundle, "exec-"+e.id+".pid")
 	defer os.Remove(pidFile)
 	opts := &runc.ExecOpts{Detach: true, PidFile: pidFile}
+	// A logging binary gets the exec's id as CONTAINER_ID, as from containerd's shim.
 	if e.stdio.Terminal {
-		c, err := stdio.NewConsole(e.stdio, p.id, p.Namespace, p.monitor)
+		c, err := stdio.NewConsole(e.stdio, e.id, p.Namespace, p.monitor)
 		if err != nil {
 			return err
 		}
 		e.console, e.io, opts.ConsoleSocket = c, c, c.Socket()
 	} else {
-		pipes, err := stdio.Open(e.stdio, p.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
+		pipes, err := stdio.Open(e.stdio, e.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
 		if err != nil {
 			return err
 		}

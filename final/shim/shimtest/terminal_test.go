@@ -198,18 +198,6 @@ func TestResizeWithoutTerminal(t *testing.T) {
 	}
 }
 
-// shellLogger writes a logging binary that saves its environment to <to>.env and its stdout
-// (fd 3) to <to>.out, and returns the binary:// URI that runs it with to as its argument.
-func shellLogger(t *testing.T) (uri, to string) {
-	t.Helper()
-	dir := testkit.TempDir(t)
-	logger := filepath.Join(dir, "logger.sh")
-	script := "#!/bin/sh\ntr '\\0' '\\n' </proc/$$/environ >\"$2.env\"\nexec 5>&-\nexec cat <&3 >\"$2.out\"\n"
-	testkit.WriteExecutable(t, logger, []byte(script))
-	to = filepath.Join(dir, "log")
-	return "binary://" + logger + "?to=" + to, to
-}
-
 // TestTerminalToLogger: `exec -t` with a binary:// log URI, as containerd's shim takes it
 // (CopyConsole): the terminal's output goes to the logging binary's stdout, and the logger is
 // stopped when the exec is deleted.
@@ -240,4 +228,5 @@ func TestTerminalToLogger(t *testing.T) {
 	if out, err := os.ReadFile(to + ".out"); err != nil || string(out) != "tty-to-logger\r\n" {
 		t.Errorf("the logging binary got %q (%v), want the terminal's output", out, err)
 	}
+	checkLoggerEnv(t, to, "sh", d.Namespace)
 }
