@@ -152,3 +152,17 @@ func (e *Exec) Delete(ctx context.Context) error {
 	e.closeIO()
 	return nil
 }
+
+// Resize sets the size of the exec's terminal, a no-op without one (base.Resize). An exec that
+// has exited is refused, as containerd's shim refuses it (execStoppedState.Resize), terminal or
+// not. Its error has no class there (Unknown); here it is FailedPrecondition, as every refusal
+// of a state is, Unknown being kept for runc's own failures.
+func (e *Exec) Resize(width, height uint32) error {
+	e.mu.Lock()
+	if e.status == task.Status_STOPPED {
+		defer e.mu.Unlock()
+		return e.stateError("resize")
+	}
+	e.mu.Unlock()
+	return e.base.Resize(width, height)
+}

@@ -16,6 +16,7 @@ import (
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
@@ -229,4 +230,26 @@ func TestTerminalToLogger(t *testing.T) {
 		t.Errorf("the logging binary got %q (%v), want the terminal's output", out, err)
 	}
 	checkLoggerEnv(t, to, "sh", d.Namespace)
+}
+
+// TestResizeExitedExec: ResizePty of an exec that has exited fails, with or without a
+// terminal, as containerd's shim answers it; FailedPrecondition, where containerd's error has
+// no class (Unknown), which this shim keeps for runc's failures.
+func TestResizeExitedExec(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "resize-exited", testkit.TaskOptions{Args: []string{"sleep", "600"}, NullIO: true})
+	k.Run()
+	ttyExec(t, k, "tty", "/bin/true")
+	if _, err := k.Conn.Task.Exec(rpcCtx(t, 10*time.Second), &taskapi.ExecProcessRequest{ID: k.ID, ExecID: "pipes", Spec: execSpec(t, "/bin/true")}); err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if _, err := k.Conn.Task.Start(rpcCtx(t, 10*time.Second), &taskapi.StartRequest{ID: k.ID, ExecID: "pipes"}); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	for _, execID := range []string{"tty", "pipes"} {
+		waitExec(t, k, execID)
+		_, err := k.Conn.Task.ResizePty(rpcCtx(t, 10*time.Second), &taskapi.ResizePtyRequest{ID: k.ID, ExecID: execID, Width: 80, Height: 24})
+		expectCode(t, "ResizePty of exited exec "+execID, err, codes.FailedPrecondition)
+	}
 }
