@@ -58,7 +58,7 @@ type Console struct {
 	mu      sync.Mutex
 	master  *console.EpollConsole // guarded by mu; nil until Attach
 	shut    bool                  // guarded by mu; Shutdown was called
-	epoller *console.Epoller      // the one master is registered with
+	epoller *console.Epoller      // guarded by mu; the one master is registered with, nil once off it
 	stdin   io.Closer             // guarded by mu; the stdin FIFO's read end
 	keeper  io.Closer             // guarded by mu; the shim's writer of the stdin FIFO (openStdin)
 	wg      sync.WaitGroup        // the output copy
