@@ -49,6 +49,9 @@ func sharedEpoller() (*console.Epoller, error) {
 	return e, nil
 }
 
+// ptyReadSize is the most one read of a pty master returns (N_TTY_BUF_SIZE).
+const ptyReadSize = 4096
+
 // Console is a process's terminal. runc creates the pty and sends its master end over a unix
 // socket; the shim copies between the master and the FIFOs containerd named.
 type Console struct {
@@ -161,7 +164,13 @@ func (c *Console) Attach() error {
 			// Owned by c: ends once the process has exited (Shutdown) and what it wrote is
 			// copied, or when Close closes the master.
 			defer c.wg.Done()
-			_, _ = io.Copy(out, master)
+			// The copy holds its buffer while it waits, for the terminal's whole life. A read
+			// of a pty master returns at most the line discipline's 4 KiB, so a bigger buffer,
+			// such as the 32 KiB io.Copy would take, is never filled; containerd's shim copies
+			// with 4 KiB too. The writer is wrapped so that os.File's ReadFrom, which would
+			// take its own 32 KiB buffer, is not used.
+			buf := make([]byte, ptyReadSize)
+			_, _ = io.CopyBuffer(struct{ io.Writer }{out}, master, buf)
 			out.Close()
 		}()
 	}
