@@ -67,14 +67,15 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	pidFile := filepath.Join(p.Bundle, "exec-"+e.id+".pid")
 	defer os.Remove(pidFile)
 	opts := &runc.ExecOpts{Detach: true, PidFile: pidFile}
+	// A logging binary gets the exec's id as CONTAINER_ID, as from containerd's shim.
 	if e.stdio.Terminal {
-		c, err := stdio.NewConsole(e.stdio)
+		c, err := stdio.NewConsole(e.stdio, e.id, p.Namespace, p.monitor)
 		if err != nil {
 			return err
 		}
 		e.console, e.io, opts.ConsoleSocket = c, c, c.Socket()
 	} else {
-		pipes, err := stdio.Open(e.stdio, p.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
+		pipes, err := stdio.Open(e.stdio, e.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
 		if err != nil {
 			return err
 		}
@@ -150,4 +151,18 @@ func (e *Exec) Delete(ctx context.Context) error {
 	e.mu.Unlock()
 	e.closeIO()
 	return nil
+}
+
+// Resize sets the size of the exec's terminal, a no-op without one (base.Resize). An exec that
+// has exited is refused, as containerd's shim refuses it (execStoppedState.Resize), terminal or
+// not. Its error has no class there (Unknown); here it is FailedPrecondition, as every refusal
+// of a state is, Unknown being kept for runc's own failures.
+func (e *Exec) Resize(width, height uint32) error {
+	e.mu.Lock()
+	if e.status == task.Status_STOPPED {
+		defer e.mu.Unlock()
+		return e.stateError("resize")
+	}
+	e.mu.Unlock()
+	return e.base.Resize(width, height)
 }

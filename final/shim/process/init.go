@@ -137,7 +137,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		socket runc.ConsoleSocket
 	)
 	if cfg.Stdio.Terminal {
-		c, err := stdio.NewConsole(cfg.Stdio)
+		c, err := stdio.NewConsole(cfg.Stdio, cfg.ID, cfg.Namespace, cfg.Monitor)
 		if err != nil {
 			return nil, err
 		}

@@ -86,6 +86,10 @@ func (p *base) SetExited(status int, at time.Time) {
 	if p.status != task.Status_UNKNOWN { // deleted stays deleted
 		p.status = task.Status_STOPPED
 	}
+	if p.console != nil {
+		// The copy ends with the process, not with the last holder of its terminal.
+		p.console.Shutdown()
+	}
 	close(p.done)
 }
 
@@ -109,10 +113,12 @@ func (p *base) CloseIO() error {
 	return p.io.CloseStdin()
 }
 
-// Resize sets the size of the process's terminal.
+// Resize sets the size of the process's terminal. A process without one has nothing to
+// resize, which is no error: containerd's shim answers so, and clients resize whatever they
+// attach to.
 func (p *base) Resize(width, height uint32) error {
 	if p.console == nil {
-		return fmt.Errorf("process %s has no terminal: %w", p.id, errdefs.ErrFailedPrecondition)
+		return nil
 	}
 	return p.console.Resize(width, height)
 }

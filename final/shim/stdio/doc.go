@@ -5,7 +5,8 @@
 // runc's console socket.
 //
 // It mirrors containerd v2.4 cmd/containerd-shim-runc-v2/process/io.go (createIO, copyPipes,
-// NewBinaryIO) and the console handling of cmd/containerd-shim-runc-v2/process/init.go. Unlike
+// NewBinaryIO) and the console handling of cmd/containerd-shim-runc-v2/runc/platform.go
+// (CopyConsole through one epoll instance, ShutdownConsole at the process's exit). Unlike
 // containerd, output FIFOs are opened read-write, which needs neither a second open of the
 // FIFO nor a goroutine blocked in open(2).
 package stdio

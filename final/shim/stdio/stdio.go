@@ -39,9 +39,8 @@ type Pipes struct {
 	closers []io.Closer
 	stdinW  io.WriteCloser // the process's stdin
 	// keeper is the shim's own writer of the stdin FIFO (openStdin); CloseIO closes it.
-	keeper  io.Closer
-	binary  *exec.Cmd // the logging binary, for binary://
-	monitor runc.ProcessMonitor
+	keeper io.Closer
+	logger *logger // the logging binary, for binary://
 	// devNull is the process's stdout and stderr when only stdin was asked for. Left unset,
 	// go-runc would capture runc's output through a pipe the container inherits, and wait for
 	// the container's exit before runc create or exec returned.
@@ -83,10 +82,10 @@ func Open(cfg Config, id, namespace string, uid, gid int, monitor runc.ProcessMo
 		}
 		cfg.Stdout, cfg.Stderr = u.Path, u.Path
 		return openCopied(cfg, uid, gid, outputFile)
-	case "binary":
+	case "binary", "binary-v2":
 		return openBinary(cfg, u, id, namespace, monitor)
 	}
-	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file or binary): %w", cfg.Stdout, u.Scheme, errdefs.ErrInvalidArgument)
+	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file, binary or binary-v2): %w", cfg.Stdout, u.Scheme, errdefs.ErrInvalidArgument)
 }
 
 // CheckFIFO refuses a stdio path that is not a FIFO itself: a regular file, a directory, a
@@ -254,13 +253,27 @@ func (s *sharedWriter) done() {
 	}
 }
 
-// openBinary starts the logging binary of a binary:// URI the way containerd does
-// (cmd/containerd-shim-runc-v2/process/io.go NewBinaryIO): stdout's read end as fd 3,
-// stderr's as fd 4, and fd 5, which it closes once it is ready; CONTAINER_ID and
-// CONTAINER_NAMESPACE in its environment; the URI's query as its arguments.
-func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (_ *Pipes, err error) {
+// openBinary hands the process the pipes of a logging binary (startLogger).
+func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (*Pipes, error) {
+	outW, errW, lg, err := startLogger(u, id, namespace, monitor)
+	if err != nil {
+		return nil, err
+	}
+	return &Pipes{IO: &binaryIO{out: outW, err: errW}, logger: lg}, nil
+}
+
+// startLogger starts the logging binary of a binary:// URI the way containerd does
+// (cmd/containerd-shim-runc-v2/process/io.go NewBinaryIO, NewBinaryCmd): stdout's read end as
+// fd 3, stderr's as fd 4, and fd 5, which it closes once it is ready; the URI's query as its
+// arguments. Under binary:// it is ready when it closes fd 5; under binary-v2:// (containerd
+// 2.2 and later) it must write a byte to it first, so that a logger that crashed at start is
+// not taken for a ready one. Its environment is CONTAINER_ID and CONTAINER_NAMESPACE and
+// nothing else: the shim's own holds containerd's (proxy credentials, secrets a service unit
+// sets) and the addresses of containerd's APIs, none of which a logger of one container's
+// output needs. It returns the write ends of the logger's stdout and stderr.
+func startLogger(u *url.URL, id, namespace string, monitor runc.ProcessMonitor) (outW, errW *os.File, _ *logger, err error) {
 	if monitor == nil {
-		return nil, errors.New("binary:// needs a process monitor")
+		return nil, nil, nil, errors.New("binary:// needs a process monitor")
 	}
 	var closers []io.Closer
 	defer func() {
@@ -272,58 +285,126 @@ func openBinary(cfg Config, u *url.URL, id, namespace string, monitor runc.Proce
 	}()
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
+	closers = append(closers, outR, outW)
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
+	closers = append(closers, errR, errW)
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	closers = append(closers, outR, outW, errR, errW, readyR, readyW)
+	closers = append(closers, readyR, readyW)
 	var args []string
 	for k, vs := range u.Query() {
 		args = append(args, k)
-		if len(vs) > 0 && vs[0] != "" {
+		// A key without a value still gives an argument after it, empty, as containerd's
+		// shim passes it.
+		if len(vs) > 0 {
 			args = append(args, vs[0])
 		}
 	}
 	cmd := exec.Command(u.Path, args...)
-	cmd.Env = append(os.Environ(), "CONTAINER_ID="+id, "CONTAINER_NAMESPACE="+namespace)
+	cmd.Env = []string{"CONTAINER_ID=" + id, "CONTAINER_NAMESPACE=" + namespace}
 	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
 	ec, err := monitor.Start(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("start logging binary %s: %w", u.Path, err)
+		return nil, nil, nil, fmt.Errorf("start logging binary %s: %w", u.Path, err)
 	}
+	lg := &logger{cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		// Owned by the logging binary: ends when it exits, which Close brings about.
+		defer close(lg.exited)
 		monitor.Wait(cmd, ec)
 	}()
 	// Our copies of its ends go, so that its exit (or its close of fd 5) is seen.
 	outR.Close()
 	errR.Close()
 	readyW.Close()
-	ready := make(chan error, 1)
+	type readiness struct {
+		n   int
+		err error
+	}
+	ready := make(chan readiness, 1)
 	go func() {
-		// Ends when the binary closes fd 5 or exits; bounded below.
-		_, rerr := readyR.Read(make([]byte, 1))
-		ready <- rerr
+		// Ends when the binary writes to fd 5, closes it or exits; bounded below.
+		n, rerr := readyR.Read(make([]byte, 1))
+		ready <- readiness{n, rerr}
 	}()
 	select {
-	case rerr := <-ready:
+	case r := <-ready:
 		readyR.Close()
-		if rerr != nil && !errors.Is(rerr, io.EOF) {
+		if r.err != nil && !errors.Is(r.err, io.EOF) {
 			cmd.Process.Kill()
-			return nil, fmt.Errorf("logging binary %s: %w", u.Path, rerr)
+			return nil, nil, nil, fmt.Errorf("logging binary %s: %w", u.Path, r.err)
+		}
+		if u.Scheme == "binary-v2" && r.n == 0 {
+			cmd.Process.Kill()
+			return nil, nil, nil, fmt.Errorf("logging binary %s closed fd 5 without writing the byte binary-v2:// requires: it may have failed to start", u.Path)
 		}
 	case <-time.After(10 * time.Second):
 		readyR.Close()
 		cmd.Process.Kill()
-		return nil, fmt.Errorf("logging binary %s did not get ready within 10s", u.Path)
+		return nil, nil, nil, fmt.Errorf("logging binary %s did not get ready within 10s", u.Path)
 	}
-	return &Pipes{IO: &binaryIO{out: outW, err: errW}, binary: cmd, monitor: monitor}, nil
+	return outW, errW, lg, nil
+}
+
+// loggerGrace is how long a logging binary has between SIGTERM and SIGKILL to flush what it
+// holds and exit: containerd's shim gives 12s (binaryIOProcTermTimeout).
+var loggerGrace = 12 * time.Second
+
+// logger is a running logging binary.
+type logger struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the monitor has collected its exit
+}
+
+// stop ends the logging binary as containerd's shim does (binaryIO.cancel): SIGTERM, and
+// SIGKILL if it has not exited after loggerGrace. It returns once the binary has exited, so
+// that a shim told to shut down next leaves no logger behind.
+func (l *logger) stop() error {
+	return l.end(true)
+}
+
+// awaitEOF ends the logging binary of a terminal: it has seen EOF and is left loggerGrace to
+// exit by itself, then killed. containerd's shim never signals a terminal's logger
+// (CopyConsole), so it is not sent SIGTERM, which could cut short its reading.
+func (l *logger) awaitEOF() error {
+	return l.end(false)
+}
+
+func (l *logger) end(term bool) error {
+	select {
+	case <-l.exited:
+		return nil
+	default:
+	}
+	var err error
+	if term {
+		err = l.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	if err == nil {
+		select {
+		case <-l.exited:
+			return nil
+		case <-time.After(loggerGrace):
+		}
+	}
+	// Not gone within the grace, or it could not be asked (it may have exited just now:
+	// the signal then fails, and so does this).
+	_ = l.cmd.Process.Kill()
+	select {
+	case <-l.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+		// Killed but not gone: stuck in the kernel (a hung mount, say). The monitor still
+		// collects it whenever it ends.
+		return fmt.Errorf("logging binary %s (pid %d) has not exited after SIGKILL", l.cmd.Path, l.cmd.Process.Pid)
+	}
 }
 
 // binaryIO hands the container the write ends of the logging binary's pipes.
@@ -377,7 +458,7 @@ func (p *Pipes) CloseStdin() error {
 }
 
 // Close closes the pipes and what they were copied to, which ends every copy, and stops the
-// logging binary.
+// logging binary: it may take up to loggerGrace.
 func (p *Pipes) Close() error {
 	for _, c := range p.closers {
 		c.Close()
@@ -386,9 +467,9 @@ func (p *Pipes) Close() error {
 	if p.IO != nil {
 		err = p.IO.Close()
 	}
-	if p.binary != nil {
-		// The binary sees EOF on both pipes now and should exit; make sure it does.
-		time.AfterFunc(5*time.Second, func() { p.binary.Process.Signal(syscall.SIGKILL) })
+	if p.logger != nil {
+		// The binary sees EOF on both pipes now; SIGTERM tells it not to wait for more.
+		err = errors.Join(err, p.logger.stop())
 	}
 	return err
 }

@@ -371,8 +371,8 @@ func (h *harness) hostPath(p string) string {
 	sum := sha256.Sum256([]byte(p))
 	if u, err := url.Parse(p); err == nil {
 		switch u.Scheme {
-		case "binary":
-			return "binary:///bin/false?" + u.RawQuery // a logger that fails at once
+		case "binary", "binary-v2":
+			return u.Scheme + ":///bin/false?" + u.RawQuery // a logger that fails at once
 		case "file":
 			return "file://" + filepath.Join(h.dir, "io", "out-"+hex.EncodeToString(sum[:4]))
 		}
