@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what shimwalk's demo and tests need, when missing: runc, crun, criu, containerd,
-# busybox-static and e2fsprogs (mkfs.ext4, for the loop-mount test) from Debian, and staticcheck
-# from the Go module proxy. Safe to run again; says what it did.
+# busybox-static and e2fsprogs (mkfs.ext4, for the loop-mount test) from Debian, and staticcheck,
+# containerd 2.x and crictl from the Go module proxy. Safe to run again; says what it did.
+# `deps.sh demo` installs only what make demo runs (runc and busybox-static), so that a fresh
+# machine shows the demo without first building containerd 2.x, which only the tests use.
 set -euo pipefail
 
+what=${1:-all}
+case $what in
+all) pairs="runc:runc crun:crun criu:criu containerd:containerd ctr:containerd busybox:busybox-static mkfs.ext4:e2fsprogs" ;;
+demo) pairs="runc:runc busybox:busybox-static" ;;
+*) echo "usage: deps.sh [all|demo]" >&2; exit 2 ;;
+esac
+
 need=()
-for pair in runc:runc crun:crun criu:criu containerd:containerd ctr:containerd busybox:busybox-static mkfs.ext4:e2fsprogs; do
+for pair in $pairs; do
 	bin=${pair%%:*} pkg=${pair#*:}
 	if ! command -v "$bin" >/dev/null 2>&1; then
 		[[ " ${need[*]-} " == *" $pkg "* ]] || need+=("$pkg")
@@ -27,8 +36,9 @@ if ((${#need[@]})); then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 else
-	echo "deps: runc, crun, criu, containerd, busybox-static and e2fsprogs are installed"
+	echo "deps: installed already: $(for pair in $pairs; do echo "${pair%%:*}"; done | sort -u | xargs)"
 fi
+[[ $what == all ]] || exit 0
 
 STATICCHECK_VERSION=v0.8.2
 gobin=$(go env GOPATH)/bin
@@ -39,3 +49,5 @@ fi
 
 # Debian has no containerd 2.x: it is built once per machine into a cache outside the repository.
 "$(dirname "$0")/containerd2.sh"
+# crictl, for the pod lab and its test (tools/labpod), is built from the module proxy the same way.
+"$(dirname "$0")/crictl.sh"

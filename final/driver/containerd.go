@@ -36,6 +36,8 @@ type ContainerdConfig struct {
 	// LogLevel is containerd's; "debug", the default, also makes containerd start shims with
 	// -debug. A measurement wants "info", as in production.
 	LogLevel string
+	// Extra is TOML appended to the config, for plugin sections such as CRI's (tools/labpod).
+	Extra string
 }
 
 // Disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
@@ -177,6 +179,9 @@ disabled_plugins = [
 		// containerd 2.3 and later hand shims a socket directory of their own (socket_dir in
 		// BootstrapParams, default /run/containerd/s), which wins over SHIMWALK_SOCKET_DIR.
 		s += fmt.Sprintf("\n[plugins.\"io.containerd.shim.v1.manager\"]\n  socket_dir = %q\n", c.SocketDir)
+	}
+	if c.cfg.Extra != "" {
+		s += "\n" + c.cfg.Extra
 	}
 	return s
 }
