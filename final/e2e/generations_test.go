@@ -114,13 +114,13 @@ func minorOf(t *testing.T, version string) int {
 	return major*100 + minor
 }
 
-// expected is what the shim and containerd r settle on: containerd 1.6 and 1.7 set no
-// MAX_SHIM_VERSION and read the bare address as Task API v2; 2.0 to 2.2 set MAX_SHIM_VERSION=2
+// expected is what the shim and containerd r settle on: containerd 1.6 sets no
+// MAX_SHIM_VERSION and reads the bare address as Task API v2; 1.7 to 2.2 set MAX_SHIM_VERSION=2
 // and read JSON; 2.3 and later send BootstrapParams and read a BootstrapResult, in which the shim
 // offers v3.
 func (r release) expected() (reply, api string) {
 	switch {
-	case r.minor < 200:
+	case r.minor < 107:
 		return "address", "v2"
 	case r.minor < 203:
 		return "json", "v2"

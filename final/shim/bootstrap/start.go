@@ -226,8 +226,8 @@ func reply(f flags, req request, address string) error {
 
 // The forms of start's reply, one per bootstrap generation of containerd.
 const (
-	replyAddress  = "address"  // the bare address: containerd 1.6 and 1.7, which set no MAX_SHIM_VERSION
-	replyJSON     = "json"     // containerd 2.0 to 2.2, which set MAX_SHIM_VERSION
+	replyAddress  = "address"  // the bare address: containerd 1.6, which sets no MAX_SHIM_VERSION
+	replyJSON     = "json"     // containerd 1.7 to 2.2, which set MAX_SHIM_VERSION
 	replyProtobuf = "protobuf" // a BootstrapResult: containerd 2.3 and later, which send BootstrapParams
 )
 
