@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package e2e runs the final shim under real containerd of both generations, Debian's 1.6 and
-// 2.x built from the module proxy (scripts/containerd2.sh), with runc and with crun, through ctr
-// exactly as an operator would.
+// Package e2e runs the final shim under real containerd, Debian's 1.6 and the releases built from
+// the module proxy (scripts/containerd2.sh), with runc and with crun, through ctr exactly as an
+// operator would. The full suites run under 1.6 and 2.4; TestGenerations runs the operator's
+// smoke under every release of the matrix.
 package e2e
 
 import (
