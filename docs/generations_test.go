@@ -50,10 +50,10 @@ func TestGenerationMatrixFailsRed(t *testing.T) {
 	doc := generationsBegin + "\n\n" +
 		"| containerd | start reply | Task API | a | b |\n|---|---|---|---|---|\n" +
 		"| containerd 1.6.20 (Debian) | bare address | v2 | ✓ | ✗ |\n" +
-		"| containerd 2.4.2 | `BootstrapResult` | v3 | ✓ | ✓ at ociVersion 1.0.2 [1] |\n\n" +
+		"| containerd 2.4.2 | `BootstrapResult` | v3 | ✓ | ✓ at ociVersion 1.0.2 (note 1) |\n\n" +
 		generationsEnd
 	got := strings.Join(checkGenerationMatrix(doc, []string{"v2.2.9", "v2.4.2"}), "\n")
-	for _, want := range []string{"1.6.20 (Debian): b is ✗", "no row for containerd 2.2.9", "note [1]"} {
+	for _, want := range []string{"1.6.20 (Debian): b is ✗", "no row for containerd 2.2.9", "note 1,"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("problems %q lack %q", got, want)
 		}
@@ -61,7 +61,7 @@ func TestGenerationMatrixFailsRed(t *testing.T) {
 }
 
 // noteRef is a cell's reference to a note below the table, which says why it is not a plain ✓.
-var noteRef = regexp.MustCompile(`\[(\d+)\]`)
+var noteRef = regexp.MustCompile(`\(note (\d+)\)`)
 
 // checkGenerationMatrix lists what is wrong with the matrix in doc for the releases versions
 // beside Debian's.
@@ -94,8 +94,8 @@ func checkGenerationMatrix(doc string, versions []string) []string {
 				problems = append(problems, strings.TrimPrefix(cells[0], "containerd ")+": "+header[k]+" is "+c)
 			case noteRef.MatchString(c):
 				n := noteRef.FindStringSubmatch(c)[1]
-				if !strings.Contains(section, "\n["+n+"]: ") {
-					problems = append(problems, cells[0]+": "+header[k]+" refers to note ["+n+"], which the matrix lacks")
+				if !strings.Contains(section, "\n"+n+". ") {
+					problems = append(problems, cells[0]+": "+header[k]+" refers to note "+n+", which the matrix lacks")
 				}
 			}
 		}

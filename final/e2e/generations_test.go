@@ -260,10 +260,12 @@ func (e *env) testSandboxGroup(t *testing.T) {
 }
 
 // crunRefusal is what Debian 12's crun 1.8.1 measurably answers to the spec of the containerd
-// releases whose spec version it does not know, by release line: containerd 2.x writes the
-// ociVersion of the runtime-spec module it was built with (1.3.0 for 2.4). crun 1.8.1 is the
-// newest this project can install: Debian 12 has no other, and crun is no Go module.
+// releases whose spec version it does not know, by release line: containerd writes the
+// ociVersion of the runtime-spec module it was built with, 1.3.0 for 2.2 and 2.4 (1.1.0 for 1.7,
+// which crun 1.8.1 takes). crun 1.8.1 is the newest this project can install: Debian 12 has no
+// other, and crun is no Go module.
 var crunRefusal = map[int]string{
+	202: "unknown version specified",
 	204: "unknown version specified",
 }
 
@@ -295,7 +297,7 @@ func testGenerationCrun(t *testing.T, r release, res *row) {
 		t.Fatalf("crun under %s: exit %d, stdout %q, stderr %q; want the known refusal %q", r.label, got.Code, got.Stdout, got.Stderr, refusal)
 	}
 	e.ctr("container", "delete", id)
-	spec := crunSpec(t, e, "/bin/sh", "-c", "echo out; exit 3")
+	spec, written := crunSpec(t, e, "/bin/sh", "-c", "echo out; exit 3")
 	id = e.id("spec")
 	e.cleanup(id)
 	args := []string{"run", "--rm", "--runtime", e.shim, "--fifo-dir", e.fifoDir(), "--runtime-config-path", e.config, "--config", spec, id}
@@ -303,14 +305,14 @@ func testGenerationCrun(t *testing.T, r release, res *row) {
 		t.Errorf("ctr run --rm with crun and a spec at %s: exit %d, stdout %q, stderr %q; want 3, out", crunSpecVersion, got.Code, got.Stdout, got.Stderr)
 	}
 	e.noShimLeft(id)
-	res.notes = append(res.notes, fmt.Sprintf("crun %s refuses the spec %s writes (%q); the container runs with crun from a spec at ociVersion %s (`ctr run --config`)",
-		crunVersion(t), r.label, refusal, crunSpecVersion))
+	res.notes = append(res.notes, fmt.Sprintf("crun %s refuses the ociVersion %s that %s writes (%q); the container runs with crun from a spec at ociVersion %s (`ctr run --config`)",
+		crunVersion(t), written, r.label, refusal, crunSpecVersion))
 	e.testNothingLeft(t)
 }
 
 // crunSpec writes the default spec of e's ctr, at crunSpecVersion, for a container of e's
-// rootfs running args, and returns its path.
-func crunSpec(t *testing.T, e *env, args ...string) string {
+// rootfs running args, and returns its path and the ociVersion ctr wrote.
+func crunSpec(t *testing.T, e *env, args ...string) (path, written string) {
 	out := e.ctr("oci", "spec")
 	if out.Code != 0 {
 		t.Fatalf("ctr oci spec: %s", out.Stderr)
@@ -323,6 +325,7 @@ func crunSpec(t *testing.T, e *env, args ...string) string {
 	if process == nil {
 		t.Fatalf("ctr oci spec has no process: %s", out.Stdout)
 	}
+	written, _ = spec["ociVersion"].(string)
 	spec["ociVersion"] = crunSpecVersion
 	spec["root"] = map[string]any{"path": e.rootfs}
 	process["args"] = args
@@ -331,11 +334,11 @@ func crunSpec(t *testing.T, e *env, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(testkit.TempDir(t), "config.json")
+	path = filepath.Join(testkit.TempDir(t), "config.json")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return path, written
 }
 
 func crunVersion(t *testing.T) string {
@@ -419,14 +422,17 @@ func writeMatrix(root string) error {
 				// Passed as measured: crun refused the default spec with the error the test
 				// expects, and ran the container from one at a version it knows.
 				notes = append(notes, strings.Join(r.notes, "; "))
-				v = fmt.Sprintf("✓ at ociVersion %s [%d]", crunSpecVersion, len(notes))
+				v = fmt.Sprintf("✓ at ociVersion %s (note %d)", crunSpecVersion, len(notes))
 			}
 			fmt.Fprintf(&b, " %s |", v)
 		}
 		b.WriteString("\n")
 	}
+	if len(notes) > 0 {
+		b.WriteString("\n")
+	}
 	for i, n := range notes {
-		fmt.Fprintf(&b, "\n[%d]: %s\n", i+1, n)
+		fmt.Fprintf(&b, "%d. %s\n", i+1, n)
 	}
 	b.WriteString("\n" + matrixEnd)
 
