@@ -21,6 +21,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
@@ -359,27 +360,36 @@ var (
 )
 
 // negotiated reads containerd c's log for what its start calls for this test's containers
-// (prefix) replied, and for the Task API versions the shims were called on. Every start must
-// have replied alike, and every call come through one version, or negotiated fails t.
+// (prefix) replied, and for the Task API versions the shims were called through. Every start must
+// have replied alike, every call have come through one version, and that version be the one the
+// reply named, or negotiated fails t. containerd copies the shims' lines into its log as they
+// come, so it waits for the first of each.
 func negotiated(t *testing.T, c *testkit.Containerd, prefix string) (reply, api string) {
-	data, err := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	replies, apis := map[string]bool{}, map[string]bool{}
-	for _, m := range startLine.FindAllStringSubmatch(string(data), -1) {
-		if m[1] == c.Namespace && strings.HasPrefix(m[2], prefix+"-") {
-			replies[m[3]+" v"+m[4]] = true
+	var replies, apis map[string]bool
+	testkit.Eventually(t, 10*time.Second, "containerd's log never showed a start reply and a task call of the shim", func() bool {
+		data, err := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, m := range rpcLine.FindAllStringSubmatch(string(data), -1) {
-		apis[m[1]] = true
-	}
+		replies, apis = map[string]bool{}, map[string]bool{}
+		for _, m := range startLine.FindAllStringSubmatch(string(data), -1) {
+			if m[1] == c.Namespace && strings.HasPrefix(m[2], prefix+"-") {
+				replies[m[3]+" v"+m[4]] = true
+			}
+		}
+		for _, m := range rpcLine.FindAllStringSubmatch(string(data), -1) {
+			apis[m[1]] = true
+		}
+		return len(replies) > 0 && len(apis) > 0
+	})
 	if len(replies) != 1 || len(apis) != 1 {
 		t.Fatalf("start replied %v, shims were called through the Task APIs %v; want one of each", keys(replies), keys(apis))
 	}
-	reply, _, _ = strings.Cut(keys(replies)[0], " ")
-	return reply, keys(apis)[0]
+	reply, named, _ := strings.Cut(keys(replies)[0], " ")
+	if api = keys(apis)[0]; named != api {
+		t.Errorf("start named Task API %s, containerd called %s", named, api)
+	}
+	return reply, api
 }
 
 func keys(m map[string]bool) []string {
