@@ -141,9 +141,9 @@ func scriptVar(repoRoot, name string) ([]string, error) {
 // validVersion is a containerd release tag; it also becomes a directory name.
 var validVersion = regexp.MustCompile(`^v[12]\.\d+\.\d+(-[0-9A-Za-z.]+)?$`)
 
-// Containerd2Env is the environment a containerd 2.x from bin needs: containerd looks a runtime
-// name up in PATH before beside its own binary, so without it io.containerd.runc.v2 would be
-// Debian's 1.6 shim.
+// Containerd2Env is the environment a containerd that scripts/containerd2.sh built into bin (1.7
+// or 2.x) needs: containerd looks a runtime name up in PATH before beside its own binary, so
+// without it io.containerd.runc.v2 would be Debian's 1.6 shim.
 func Containerd2Env(bin string) []string {
 	return []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
 }
