@@ -263,8 +263,8 @@ func (e *env) testSandboxGroup(t *testing.T) {
 // crunRefusal is what Debian 12's crun 1.8.1 measurably answers to the spec of the containerd
 // releases whose spec version it does not know, by release line: containerd writes the
 // ociVersion of the runtime-spec module it was built with, 1.3.0 for 2.2 and 2.4 (1.1.0 for 1.7,
-// which crun 1.8.1 takes). crun 1.8.1 is the newest this project can install: Debian 12 has no
-// other, and crun is no Go module.
+// which crun 1.8.1 takes). crun 1.8.1 is what this project can install: Debian 12's package
+// (apt-cache policy crun offers no other), and crun is no Go module.
 var crunRefusal = map[int]string{
 	202: "unknown version specified",
 	204: "unknown version specified",
