@@ -47,7 +47,8 @@ if [[ ! -x $gobin/staticcheck ]] || ! "$gobin/staticcheck" -version 2>/dev/null 
 	(cd / && go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION")
 fi
 
-# Debian has no containerd 2.x: it is built once per machine into a cache outside the repository.
+# Debian has only containerd 1.6: 1.7, 2.2 and 2.4 are built once per machine into a cache outside
+# the repository (a few minutes each on a fresh machine; nothing afterwards).
 "$(dirname "$0")/containerd2.sh"
 # crictl, for the pod lab and its test (tools/labpod), is built from the module proxy the same way.
 "$(dirname "$0")/crictl.sh"

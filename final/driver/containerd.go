@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +53,10 @@ var Disabled16 = []string{
 	"io.containerd.tracing.processor.v1.otlp",
 }
 
+// Disabled17 is Disabled16 for containerd 1.7, which adds NRI: it listens on the host-wide
+// /var/run/nri/nri.sock, which private containerds running side by side would fight over.
+var Disabled17 = append(slices.Clone(Disabled16), "io.containerd.nri.v1.nri")
+
 // Disabled2 is the same for containerd 2.x, where CRI is four plugins. CRI would start here, but
 // it probes CNI and runs `containerd-shim-runc-v2 -info` from PATH, and nothing here needs it. NRI
 // listens on the host-wide /var/run/nri/nri.sock, which private containerds running side by side
@@ -72,33 +78,74 @@ var Disabled2 = []string{
 }
 
 // Containerd2Dir is where scripts/containerd2.sh (below repoRoot) puts the binaries of the
-// containerd version it names. The version is read from the script so that bumping it there is
-// the only edit.
+// containerd 2.x the tests and the benchmark run against. The version is read from the script so
+// that bumping it there is the only edit.
 func Containerd2Dir(repoRoot string) (version, bin string, err error) {
-	script := filepath.Join(repoRoot, "scripts", "containerd2.sh")
-	data, err := os.ReadFile(script)
+	values, err := scriptVar(repoRoot, "CONTAINERD2_VERSION")
 	if err != nil {
-		return "", "", fmt.Errorf("containerd 2.x version: %w", err)
+		return "", "", err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "CONTAINERD2_VERSION="); ok {
-			version = strings.TrimSpace(v)
-			break
-		}
+	if len(values) != 1 {
+		return "", "", fmt.Errorf("scripts/containerd2.sh: CONTAINERD2_VERSION names %d versions, want one", len(values))
 	}
-	if version == "" {
-		return "", "", fmt.Errorf("%s sets no CONTAINERD2_VERSION", script)
-	}
+	return values[0], ContainerdDir(values[0]), nil
+}
+
+// ContainerdVersions lists the containerd releases scripts/containerd2.sh builds by default
+// (CONTAINERD_VERSIONS): the generations the end-to-end matrix runs beside Debian's 1.6.
+func ContainerdVersions(repoRoot string) ([]string, error) {
+	return scriptVar(repoRoot, "CONTAINERD_VERSIONS")
+}
+
+// ContainerdDir is the directory scripts/containerd2.sh builds version's binaries into.
+func ContainerdDir(version string) string {
 	cache := os.Getenv("SHIMWALK_CACHE")
 	if cache == "" {
 		cache = "/var/cache/shimwalk"
 	}
-	return version, filepath.Join(cache, "containerd-"+version, "bin"), nil
+	return filepath.Join(cache, "containerd-"+version, "bin")
 }
 
-// Containerd2Env is the environment a containerd 2.x from bin needs: containerd looks a runtime
-// name up in PATH before beside its own binary, so without it io.containerd.runc.v2 would be
-// Debian's 1.6 shim.
+// scriptVar reads the shell variable name from scripts/containerd2.sh: a word (NAME=v2.4.2) or
+// an array of words (NAME=(v1.7.35 v2.4.2)), each a containerd version.
+func scriptVar(repoRoot, name string) ([]string, error) {
+	script := filepath.Join(repoRoot, "scripts", "containerd2.sh")
+	data, err := os.ReadFile(script)
+	if err != nil {
+		return nil, fmt.Errorf("containerd versions: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		v, ok := strings.CutPrefix(line, name+"=")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if inner, ok := strings.CutPrefix(v, "("); ok {
+			v, ok = strings.CutSuffix(inner, ")")
+			if !ok {
+				return nil, fmt.Errorf("%s: %s: the array does not close on its line", script, name)
+			}
+		}
+		versions := strings.Fields(v)
+		for _, version := range versions {
+			if !validVersion.MatchString(version) {
+				return nil, fmt.Errorf("%s: %s: %q is no containerd version", script, name, version)
+			}
+		}
+		if len(versions) == 0 {
+			break
+		}
+		return versions, nil
+	}
+	return nil, fmt.Errorf("%s sets no %s", script, name)
+}
+
+// validVersion is a containerd release tag; it also becomes a directory name.
+var validVersion = regexp.MustCompile(`^v[12]\.\d+\.\d+(-[0-9A-Za-z.]+)?$`)
+
+// Containerd2Env is the environment a containerd that scripts/containerd2.sh built into bin (1.7
+// or 2.x) needs: containerd looks a runtime name up in PATH before beside its own binary, so
+// without it io.containerd.runc.v2 would be Debian's 1.6 shim.
 func Containerd2Env(bin string) []string {
 	return []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
 }

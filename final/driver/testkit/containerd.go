@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -21,9 +22,11 @@ type Containerd struct {
 
 var (
 	ctdMu sync.Mutex
-	ctd   *Containerd // Debian's 1.6; guarded by ctdMu; stopped by Main
-	ctd2  *Containerd // 2.x from scripts/containerd2.sh; guarded by ctdMu; stopped by Main
-	ctdV1 *Containerd // 1.6 without cgroup2, for crun; guarded by ctdMu; stopped by Main
+	// ctds are the running containerds by their flavour's dir: Debian's 1.6 ("ctd"), the same
+	// without cgroup2 for crun ("ctdv1"), the 2.x of scripts/containerd2.sh ("ctd2"), and the
+	// releases of its matrix ("ctd-<version>", "ctdv1-<version>"). Guarded by ctdMu; stopped by
+	// Main.
+	ctds = map[string]*Containerd{}
 )
 
 // flavour is what differs between the containerd releases the kit runs.
@@ -57,7 +60,7 @@ func StartContainerd(t testing.TB) *Containerd {
 	RequireCommand(t, "containerd", "ctr", "runc")
 	bin, _ := exec.LookPath("containerd")
 	ctr, _ := exec.LookPath("ctr")
-	return startContainerd(t, &ctd, flavour{
+	return startContainerd(t, flavour{
 		dir: "ctd",
 		// ctr puts containers in the cgroup /<namespace>/<id>, which test processes running
 		// side by side would otherwise share.
@@ -78,7 +81,7 @@ func StartContainerdCgroupV1(t testing.TB) *Containerd {
 	RequireCommand(t, "containerd", "ctr", "runc", "unshare")
 	bin, _ := exec.LookPath("containerd")
 	ctr, _ := exec.LookPath("ctr")
-	return startContainerd(t, &ctdV1, flavour{
+	return startContainerd(t, flavour{
 		dir:           "ctdv1",
 		namespace:     fmt.Sprintf("shimwalk-testv1-%d", os.Getpid()),
 		binary:        bin,
@@ -96,7 +99,7 @@ func StartContainerd2(t testing.TB) *Containerd {
 	RequireRoot(t)
 	RequireCommand(t, "runc")
 	bin := requireContainerd2(t)
-	return startContainerd(t, &ctd2, flavour{
+	return startContainerd(t, flavour{
 		dir: "ctd2",
 		// Apart from the 1.6 one's too: the shims of both keep runc state below RuncRoot/<namespace>.
 		namespace: fmt.Sprintf("shimwalk-test2-%d", os.Getpid()),
@@ -110,14 +113,78 @@ func StartContainerd2(t testing.TB) *Containerd {
 	})
 }
 
+// ContainerdVersions lists the containerd releases of scripts/containerd2.sh's matrix
+// (CONTAINERD_VERSIONS), which StartContainerdRelease runs.
+func ContainerdVersions(t testing.TB) []string {
+	t.Helper()
+	versions, err := driver.ContainerdVersions(RepoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return versions
+}
+
+// StartContainerdRelease returns the test process's private containerd of one release: "" is
+// Debian's (StartContainerd, or StartContainerdCgroupV1 with cgroupV1Only), any other version one
+// that scripts/containerd2.sh built. The one of CONTAINERD2_VERSION is StartContainerd2's.
+// cgroupV1Only runs it without the cgroup2 hierarchy, as StartContainerdCgroupV1 does.
+func StartContainerdRelease(t testing.TB, version string, cgroupV1Only bool) *Containerd {
+	t.Helper()
+	if version == "" {
+		if cgroupV1Only {
+			return StartContainerdCgroupV1(t)
+		}
+		return StartContainerd(t)
+	}
+	if v2, _ := containerd2Dir(t); version == v2 && !cgroupV1Only {
+		return StartContainerd2(t)
+	}
+	RequireRoot(t)
+	RequireCommand(t, "runc")
+	if cgroupV1Only {
+		RequireCommand(t, "unshare")
+	}
+	bin := requireBuilt(t, version, driver.ContainerdDir(version))
+	f := flavour{
+		dir: "ctd-" + version,
+		// Each its own namespace: the shims keep runc state below RuncRoot/<namespace>, and
+		// ctr puts containers in the cgroup /<namespace>/<id>.
+		namespace: fmt.Sprintf("shimwalk-test-%s-%d", version, os.Getpid()),
+		binary:    filepath.Join(bin, "containerd"),
+		ctr:       filepath.Join(bin, "ctr"),
+		// containerd looks a runtime name up in PATH before beside its own binary: without this,
+		// io.containerd.runc.v2 would be Debian's 1.6 shim.
+		env:           driver.Containerd2Env(bin),
+		configVersion: 3,
+		disabled:      disabled2,
+		cgroupV1Only:  cgroupV1Only,
+	}
+	if strings.HasPrefix(version, "v1.") {
+		// containerd 1.7 reads config version 2 and has CRI as one plugin, as 1.6 does.
+		f.configVersion, f.disabled = 2, driver.Disabled17
+	}
+	if cgroupV1Only {
+		f.dir = "ctdv1-" + version
+		f.namespace = fmt.Sprintf("shimwalk-testv1-%s-%d", version, os.Getpid())
+	}
+	return startContainerd(t, f)
+}
+
 // requireContainerd2 returns the directory holding the containerd 2.x binaries, or fails or skips
 // the test as RequireCommand does.
 func requireContainerd2(t testing.TB) string {
 	t.Helper()
 	version, bin := containerd2Dir(t)
+	return requireBuilt(t, version, bin)
+}
+
+// requireBuilt returns bin, which holds the containerd and ctr of version, or fails or skips the
+// test as RequireCommand does when they are not built there.
+func requireBuilt(t testing.TB, version, bin string) string {
+	t.Helper()
 	for _, name := range []string{"containerd", "ctr"} {
 		if fi, err := os.Stat(filepath.Join(bin, name)); err != nil || fi.Mode()&0o111 == 0 {
-			missing(t, fmt.Sprintf("containerd %s is not built in %s (scripts/containerd2.sh builds it)", version, bin))
+			missing(t, fmt.Sprintf("containerd %s is not built in %s (scripts/containerd2.sh %s builds it)", version, bin, version))
 		}
 	}
 	return bin
@@ -134,14 +201,21 @@ func containerd2Dir(t testing.TB) (version, bin string) {
 	return version, bin
 }
 
-// startContainerd starts the containerd f describes into *slot, unless one is there already.
-func startContainerd(t testing.TB, slot **Containerd, f flavour) *Containerd {
+// startContainerd starts the containerd f describes, unless one runs for f.dir already.
+func startContainerd(t testing.TB, f flavour) *Containerd {
 	t.Helper()
 	ctdMu.Lock()
 	defer ctdMu.Unlock()
-	if *slot != nil {
-		return *slot
+	if c := ctds[f.dir]; c != nil {
+		return c
 	}
+	ctds[f.dir] = launch(t, f)
+	return ctds[f.dir]
+}
+
+// launch starts the containerd f describes; the caller stops it.
+func launch(t testing.TB, f flavour) *Containerd {
+	t.Helper()
 	c, err := driver.StartContainerd(driver.ContainerdConfig{
 		Dir:           filepath.Join(WorkDir(t), f.dir),
 		Namespace:     f.namespace,
@@ -156,8 +230,7 @@ func startContainerd(t testing.TB, slot **Containerd, f flavour) *Containerd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	*slot = &Containerd{c}
-	return *slot
+	return &Containerd{c}
 }
 
 // Kill stops containerd with SIGKILL, as a crash would; the shims it started live on.
@@ -177,11 +250,9 @@ func (c *Containerd) Restart(t testing.TB) {
 func stopContainerd() {
 	ctdMu.Lock()
 	defer ctdMu.Unlock()
-	for _, c := range []**Containerd{&ctd, &ctd2, &ctdV1} {
-		if *c != nil {
-			(*c).stop()
-			*c = nil
-		}
+	for dir, c := range ctds {
+		c.stop()
+		delete(ctds, dir)
 	}
 }
 

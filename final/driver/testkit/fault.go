@@ -43,8 +43,7 @@ func NewContainerd(t testing.TB, generation int, name string) *Containerd {
 	default:
 		t.Fatalf("no containerd generation %d", generation)
 	}
-	var c *Containerd
-	startContainerd(t, &c, f)
+	c := launch(t, f)
 	t.Cleanup(c.stop)
 	return c
 }

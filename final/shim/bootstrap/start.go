@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -150,7 +151,7 @@ func start(f flags) error {
 		if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
 			return err
 		}
-		return reply(req, address)
+		return reply(f, req, address)
 	}
 	if err != nil {
 		return err
@@ -170,7 +171,7 @@ func start(f flags) error {
 		return err
 	}
 	_ = shim.Process.Release() // re-parented; it lives on
-	return reply(req, address)
+	return reply(f, req, address)
 }
 
 // launched records a freshly started long-lived shim: its pid, its address (which containerd
@@ -283,30 +284,66 @@ func startCoreScheduled(cmd *exec.Cmd) error {
 }
 
 // reply prints the address in the form the caller reads.
-func reply(req request, address string) error {
-	if req.bootstrap {
-		out, err := proto.Marshal(&bootapi.BootstrapResult{Version: 3, Address: address, Protocol: "ttrpc"})
+func reply(f flags, req request, address string) error {
+	form, version := replyForm(req)
+	if f.debug {
+		logReply(f, form, version, address)
+	}
+	switch form {
+	case replyProtobuf:
+		out, err := proto.Marshal(&bootapi.BootstrapResult{Version: int32(version), Address: address, Protocol: "ttrpc"})
 		if err != nil {
-			return err
+			return fmt.Errorf("marshal bootstrap result: %w", err)
 		}
 		_, err = os.Stdout.Write(out)
 		return err
+	case replyAddress:
+		_, err := fmt.Fprint(os.Stdout, address)
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(struct {
+		Version  int    `json:"version"`
+		Address  string `json:"address"`
+		Protocol string `json:"protocol"`
+	}{version, address, "ttrpc"})
+}
+
+// The forms of start's reply, one per bootstrap generation of containerd.
+const (
+	replyAddress  = "address"  // the bare address: containerd 1.6, which sets no MAX_SHIM_VERSION
+	replyJSON     = "json"     // containerd 1.7 to 2.2, which set MAX_SHIM_VERSION
+	replyProtobuf = "protobuf" // a BootstrapResult: containerd 2.3 and later, which send BootstrapParams
+)
+
+// replyForm is the form of start's reply and the Task API version it names, which is the one
+// containerd then speaks to the shim.
+func replyForm(req request) (form string, version int) {
+	if req.bootstrap {
+		return replyProtobuf, 3
 	}
 	max := os.Getenv("MAX_SHIM_VERSION")
 	if max == "" {
-		_, err := fmt.Fprint(os.Stdout, address)
-		return err
+		return replyAddress, 2
 	}
 	// The Task API version the caller can speak, at most ours.
 	version, err := strconv.Atoi(max)
 	if err != nil || version < 2 {
 		version = 2
 	}
-	return json.NewEncoder(os.Stdout).Encode(struct {
-		Version  int    `json:"version"`
-		Address  string `json:"address"`
-		Protocol string `json:"protocol"`
-	}{min(version, 3), address, "ttrpc"})
+	return replyJSON, min(version, 3)
+}
+
+// logReply records, with -debug, which generation containerd spoke: stdout carries the reply
+// alone, so the line goes to the bundle's log FIFO, which containerd reads from before it runs
+// start and copies into its own log. Without a reader there is nobody to tell, and start goes on.
+func logReply(f flags, form string, version int, address string) {
+	out, err := openLogFIFO("log")
+	if err != nil {
+		return
+	}
+	defer out.Close()
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log.Debug("start", "namespace", f.namespace, "id", f.id, "reply", form, "task_api", version, "address", address)
 }
 
 // listen makes the socket directory and binds the socket 0600 in it. A socket file nobody

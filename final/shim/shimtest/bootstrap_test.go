@@ -437,3 +437,56 @@ func shorten(s string) string {
 	}
 	return s
 }
+
+// TestStartLogsItsReply: with -debug, start tells containerd's log which generation it answered
+// (the form of its reply and the Task API it offered) through the bundle's log FIFO, and its
+// stdout stays the reply alone.
+func TestStartLogsItsReply(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, form, api string
+		stdin           func(t *testing.T, c *cli) []byte
+		env             []string
+	}{
+		{"containerd 1.6", "address", "2", nil, nil},
+		{"containerd 1.7 to 2.2", "json", "2", nil, []string{"MAX_SHIM_VERSION=2"}},
+		{"containerd 2.3 and later", "protobuf", "3", func(t *testing.T, c *cli) []byte {
+			return marshal(t, &bootapi.BootstrapParams{InstanceID: "logged", Namespace: "test"})
+		}, []string{"MAX_SHIM_VERSION=2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCLI(t)
+			// As containerd opens it before it runs start: read-write, so that no writer's
+			// close ends the reading.
+			path := filepath.Join(c.dir, "log")
+			if err := syscall.Mkfifo(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := os.NewFile(uintptr(fd), path)
+			t.Cleanup(func() { log.Close() })
+			var stdin []byte
+			if tc.stdin != nil {
+				stdin = tc.stdin(t, c)
+			}
+			r := c.run(stdin, tc.env, append([]string{"-debug"}, c.args("logged", "start")...)...)
+			b, _ := c.started(r)
+			// start wrote its line before its reply, and has exited: the line is in the FIFO.
+			buf := make([]byte, 64<<10)
+			n, err := log.Read(buf)
+			if err != nil {
+				t.Fatalf("read the log FIFO: %v", err)
+			}
+			want := regexp.MustCompile(`(?m)^time=\S+ level=DEBUG msg=start namespace=test id=logged reply=` + tc.form +
+				` task_api=` + tc.api + ` address=` + regexp.QuoteMeta(b.Address) + `$`)
+			if !want.Match(buf[:n]) {
+				t.Errorf("log FIFO holds %q, want a line matching %s", buf[:n], want)
+			}
+		})
+	}
+}
