@@ -292,7 +292,12 @@ func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*emptypb.Em
 		return nil, status.Errorf(codes.InvalidArgument, "signal %d is not a signal", r.Signal)
 	}
 	if err := p.kill(ctx, r.Signal, r.All); err != nil {
-		return nil, status.Errorf(codes.NotFound, "%v", err)
+		// NotFound tells the caller the task is gone and further kills are pointless; any
+		// other failure leaves a container that may still run, which the caller must hear.
+		if errors.Is(err, errGone) {
+			return nil, status.Errorf(codes.NotFound, "%v", err)
+		}
+		return nil, status.Errorf(codes.Unknown, "%v", err)
 	}
 	return &emptypb.Empty{}, nil
 }

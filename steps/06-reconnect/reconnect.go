@@ -58,11 +58,15 @@ func cleanupContainer(namespace, id, bundle string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r := newRuntime(namespace, bundle)
-	err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true})
-	if err != nil && !strings.Contains(err.Error(), "does not exist") {
-		if msg := lastRuncError(r.Log); msg != "" && !strings.Contains(msg, "does not exist") {
+	mark := logEnd(r.Log)
+	// Only a runc that said the container does not exist leaves nothing to kill. Any other
+	// failure (a runc that died or hung, say) may leave the container running: the action
+	// fails, and containerd does not record an exit the container has not had.
+	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		if msg := lastRuncError(r.Log, mark); msg != "" {
 			return fmt.Errorf("runc delete --force: %s", msg)
 		}
+		return fmt.Errorf("runc delete --force: %w", err)
 	}
 	if err := unmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

@@ -263,3 +263,30 @@ func TestContainerdRestart(t *testing.T) {
 		testkit.Eventually(t, 10*time.Second, "shim left for "+id, func() bool { return len(c.Shims(id)) == 0 })
 	}
 }
+
+// TestFailedCleanupIsAnError: when runc delete --force fails after the shim died, the container
+// may still run. The delete action must say so, not report 137 for a container that never
+// exited; once runc works again, the next delete cleans up.
+func TestFailedCleanupIsAnError(t *testing.T) {
+	t.Parallel()
+	k, f := faultyTask(t, "stuck")
+	pid := k.State().Pid
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+	// Die first: a runc killed mid-call logs nothing, so no earlier error line can cover for it.
+	for _, fault := range []testkit.Fault{testkit.Die, testkit.Fail} {
+		f.Set(t, "delete", fault)
+		if resp, err := k.D.DeleteShim(context.Background(), k.ID); err == nil {
+			t.Errorf("delete action with a runc that meets %q: %v, want an error", fault, resp)
+		}
+		if !testkit.Alive(int(pid)) {
+			t.Fatalf("the container is gone although runc delete never ran")
+		}
+	}
+	f.Clear(t, "delete")
+	resp, err := k.D.DeleteShim(context.Background(), k.ID)
+	if err != nil || resp.ExitStatus != 137 || resp.Pid != pid {
+		t.Errorf("delete action once runc works: %v, %v; want pid %d, status 137", resp, err, pid)
+	}
+	testkit.ExpectGone(t, int(pid), "container after the delete action")
+}

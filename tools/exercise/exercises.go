@@ -203,7 +203,7 @@ var exercises = []Exercise{
 		Title: "report runc's exit status instead of its logged error",
 		Edit: &Edit{
 			File: "runc.go",
-			Old: "\tif msg := lastRuncError(p.runtime.Log); msg != \"\" {\n" +
+			Old: "\tif msg := lastRuncError(p.runtime.Log, mark); msg != \"\" {\n" +
 				"\t\treturn fmt.Errorf(\"%s: %s\", what, msg)\n" +
 				"\t}\n",
 			New: "",
