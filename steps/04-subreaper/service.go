@@ -308,7 +308,15 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		return nil, err
 	}
 	if s.exitOf(p) == nil {
-		if st, err := p.status(ctx); err == nil && st != task.Status_STOPPED && st != task.Status_CREATED {
+		st, err := p.status(ctx)
+		if err == nil && st == task.Status_STOPPED {
+			// runc sees the init gone, but the reap loop has not recorded its exit yet. Deleting
+			// now would report 255 for a container that exited normally, and log its real exit
+			// as an orphan's. Like State, count the task as running until the exit is recorded
+			// (step 05 waits for it instead).
+			return nil, status.Errorf(codes.FailedPrecondition, "task %q has exited, but its exit status is not collected yet: try again", r.ID)
+		}
+		if err == nil && st != task.Status_CREATED {
 			return nil, status.Errorf(codes.FailedPrecondition, "task %q is %s: kill it first", r.ID, st)
 		}
 	}
