@@ -48,6 +48,7 @@ type initProcess struct {
 	stderr     string
 	exited     *exit         // guarded by the service's mu; set once, by setExited
 	done       chan struct{} // closed by setExited: every Wait wakes at once
+	deleting   bool          // guarded by the service's mu: a Delete is under way
 }
 
 // setExited records the exit and wakes every waiter. Call it with the service's mu held, once.

@@ -72,7 +72,7 @@ func serve(o options) error {
 	}()
 	svc := &service{
 		id: o.id, namespace: o.namespace, log: logger, shutdown: stop, events: events,
-		running: map[int]*initProcess{}, starting: map[int][]exit{},
+		running: map[int]*initProcess{}, starting: map[*heldExits]struct{}{},
 	}
 	exits := reaper.subscribe()
 	defer reaper.unsubscribe(exits)
@@ -123,14 +123,25 @@ type service struct {
 
 	events *publisher
 
-	// mu serialises the lifecycle RPCs: a Delete must not run in the middle of a Start.
+	// mu guards the fields below. Create holds it across runc create, and Delete across runc
+	// delete, so those two never interleave. It does not keep a Delete out of a Start: Start
+	// releases it while runc start runs, and what a Delete does then is runc's to sort out (the
+	// Start fails, or the Delete is refused as the task now runs). The reap loop needs mu too:
+	// a runc command that waits on it for its exit never holds it.
 	mu   sync.Mutex
-	init *initProcess // guarded by mu; nil until Create and after Delete
-	// running maps a pid to the process whose exit is still to come. guarded by mu
+	init *initProcess // nil until Create and after Delete
+	// running maps a pid to the process whose exit is still to come.
 	running map[int]*initProcess
-	// starting holds back the exits of processes whose Start is in flight, so that no TaskExit
-	// overtakes its TaskStart. guarded by mu
-	starting map[int][]exit
+	// starting holds back, for each Start in flight, the exits of its process, so that no
+	// TaskExit overtakes its TaskStart. Each Start has its own: a second Start of the same task
+	// must not drop what the first is holding.
+	starting map[*heldExits]struct{}
+}
+
+// heldExits are the exits of pid that arrived while one Start was in flight.
+type heldExits struct {
+	pid   int
+	exits []exit
 }
 
 var _ taskapi.TTRPCTaskService = (*service)(nil)
@@ -219,8 +230,15 @@ func (s *service) handleExits(ctx context.Context, q *exitQueue) {
 		}
 		for _, e := range q.take() {
 			s.mu.Lock()
-			if held, ok := s.starting[e.pid]; ok {
-				s.starting[e.pid] = append(held, e)
+			held := false
+			for h := range s.starting {
+				if h.pid == e.pid {
+					h.exits = append(h.exits, e)
+					held = true
+				}
+			}
+			if held {
+				s.log.Info("exit held until its start is announced", "pid", e.pid, "status", e.status)
 			} else {
 				s.processExit(e)
 			}
@@ -329,8 +347,9 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 	}
 	// A process that exits at once (/bin/true) can be reaped before runc start even returns.
 	// Hold its exit until TaskStart is out, then handle it: exactly once, and in order.
+	h := &heldExits{pid: p.pid}
 	s.mu.Lock()
-	s.starting[p.pid] = nil
+	s.starting[h] = struct{}{}
 	s.mu.Unlock()
 	startErr := p.start(ctx)
 	if startErr == nil {
@@ -338,9 +357,10 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 		s.events.publish(topicStart, &eventstypes.TaskStart{ContainerID: p.id, Pid: uint32(p.pid)})
 	}
 	s.mu.Lock()
-	held := s.starting[p.pid]
-	delete(s.starting, p.pid)
-	for _, e := range held {
+	delete(s.starting, h)
+	// Another Start may have held the same exit and handled it already: processExit then finds
+	// the pid no longer running and does nothing.
+	for _, e := range h.exits {
 		s.processExit(e)
 	}
 	s.mu.Unlock()
@@ -384,7 +404,15 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 	if s.init != p {
 		return nil, status.Errorf(codes.NotFound, "task %q: %v", r.ID, errNotCreated)
 	}
+	// A Delete already under way may be waiting below for the exit, with mu released. A second
+	// one must not run runc delete again nor publish a second TaskDelete: for it, as for
+	// containerd's shim once the first has finished, the task is gone.
+	if p.deleting {
+		return nil, status.Errorf(codes.NotFound, "task %q is being deleted", r.ID)
+	}
+	p.deleting = true
 	if err := p.delete(ctx); err != nil {
+		p.deleting = false
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
 	if p.exited == nil {
@@ -397,6 +425,8 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		}
 		s.mu.Lock()
 		if p.exited == nil {
+			// Deleted in runc, not yet here: a later Delete waits for the exit again.
+			p.deleting = false
 			return nil, status.Errorf(codes.DeadlineExceeded, "task %q: exit not seen after runc delete", r.ID)
 		}
 	}

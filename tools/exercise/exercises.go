@@ -294,8 +294,8 @@ var exercises = []Exercise{
 		Title: "start without holding back early exits",
 		Edit: &Edit{
 			File: "service.go",
-			Old:  "\ts.starting[p.pid] = nil\n",
-			New:  "\t// s.starting[p.pid] = nil\n",
+			Old:  "\ts.starting[h] = struct{}{}\n",
+			New:  "\t// s.starting[h] = struct{}{}\n",
 		},
 		Check: "TestEarlyExitComesAfterStart",
 		Hint: "Predict the order of the four events for a container running /bin/true, and whether Wait " +
