@@ -106,7 +106,10 @@ type service struct {
 	log           *slog.Logger
 	shutdown      func()
 
-	// mu serialises the lifecycle RPCs: a Delete must not run in the middle of a Start.
+	// mu guards init. Create and Delete hold it across their runc command, so those two never
+	// interleave. Start and Kill do not take it while runc runs, so a Delete can come in the
+	// middle of a Start: runc sorts that out (the Start fails, or the Delete is refused because
+	// the task now runs).
 	mu   sync.Mutex
 	init *initProcess // guarded by mu; nil until Create and after Delete
 }
