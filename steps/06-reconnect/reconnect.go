@@ -2,9 +2,10 @@
 
 // Surviving the caller (since step 06): the init's exit is written to exit.json so that it
 // outlives the shim, and the delete action cleans up after a shim that died, from what the
-// bundle holds. Mirrors containerd v2.4 cmd/containerd-shim-runc-v2/manager/manager_linux.go
-// (Stop: runc delete --force, unmount, report 128+SIGKILL); unlike it, a real exit status
-// recorded before the shim died is reported instead of 137.
+// bundle holds. Mirrors containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go
+// (handleProcessExit writes exit.json through runc.WriteExitStatus before TaskExit) and
+// manager/manager_linux.go (Stop: runc delete --force, unmount, the exit from exit.json, else
+// 128+SIGKILL). containerd 1.x, and 2.x before exit.json was added, always report 137.
 package main
 
 import (

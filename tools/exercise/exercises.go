@@ -347,7 +347,8 @@ var exercises = []Exercise{
 		Check: "TestExitWhileNobodyListens",
 		Hint: "Wait, State and the queued TaskExit still carry the exit. Predict what the delete action " +
 			"reports for this task if the shim is killed after the container exited and before anyone " +
-			"collected the exit.",
+			"collected the exit. containerd v2.4.2's runc shim writes exit.json for this very case; " +
+			"containerd 1.x's reports 137.",
 		Anchor: "exercise-061-an-exit-that-dies-with-its-shim",
 	},
 	{
