@@ -231,8 +231,16 @@ func openLogFIFO(name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-// deleteShim is the `delete` action: containerd runs it to clean up after a shim, alive or not.
-// It always succeeds for an unknown id, so that containerd can forget the task.
+// stopGrace is how long the delete action waits for a shim after SIGTERM, and again after
+// SIGKILL. containerd gives the whole action 5 s (cleanupTimeout, core/runtime/v2/shim.go) and
+// then kills it: whatever the action has not done by then stays undone.
+const stopGrace = 2 * time.Second
+
+// deleteShim is the `delete` action: containerd runs it to clean up after a shim it can no longer
+// reach. It always succeeds for an unknown id, so that containerd can forget the task. Unlike
+// containerd's runc shim, whose manager.Stop sends the shim no signal (containerd ends a shim
+// with the Shutdown RPC), it also stops a shim still alive: step 01 has no Shutdown RPC, and the
+// driver counts on it for a shim that ignored Shutdown. final/ leaves a live shim alone.
 func deleteShim(o options) error {
 	bundle := o.bundle
 	if bundle == "" {
@@ -240,7 +248,7 @@ func deleteShim(o options) error {
 	}
 	pidFile := filepath.Join(bundle, "shim.pid")
 	if pid, err := readPid(pidFile); err == nil && isShim(pid, o.id) {
-		if err := stopProcess(pid, 10*time.Second); err != nil {
+		if err := stopProcess(pid, stopGrace); err != nil {
 			return fmt.Errorf("stop shim %d: %w", pid, err)
 		}
 	}

@@ -290,3 +290,33 @@ func TestFailedCleanupIsAnError(t *testing.T) {
 	}
 	testkit.ExpectGone(t, int(pid), "container after the delete action")
 }
+
+// TestHungShimDoesNotDelayCleanup: containerd runs the delete action for a shim it cannot reach,
+// which may be hung rather than dead, and kills the action after 5 s. The container is what the
+// action is for: runc delete --force must run before the shim is signalled, let alone waited for.
+func TestHungShimDoesNotDelayCleanup(t *testing.T) {
+	t.Parallel()
+	k, f := faultyTask(t, "hung")
+	pid := int(k.State().Pid)
+	if err := syscall.Kill(k.ShimPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(k.ShimPid, syscall.SIGKILL) })
+	f.Set(t, "delete", testkit.Block)
+	done := make(chan error, 1)
+	go func() {
+		_, err := k.D.DeleteShim(context.Background(), k.ID)
+		done <- err
+	}()
+	f.WaitReached(t, "delete", 20*time.Second)
+	// runc delete --force is running: the stopped shim has not been touched yet.
+	if st, err := testkit.ProcStat(k.ShimPid); err != nil || st.State != 'T' {
+		t.Errorf("the hung shim was signalled before the container was cleaned up: %+v, %v", st, err)
+	}
+	f.Clear(t, "delete")
+	if err := <-done; err != nil {
+		t.Fatalf("delete action: %v", err)
+	}
+	testkit.ExpectGone(t, pid, "container after the delete action")
+	testkit.ExpectGone(t, k.ShimPid, "hung shim after the delete action")
+}
