@@ -86,27 +86,30 @@ func start(o options) error {
 		return fmt.Errorf("start long-lived shim: %w", err)
 	}
 	pid := cmd.Process.Pid
+	// containerd 1.6 reads address when it reconnects to running shims after a restart.
+	err = writeFile("shim.pid", strconv.Itoa(pid))
+	if err == nil {
+		err = writeFile("address", address)
+	}
+	if err != nil {
+		// Nobody will learn of this shim: stop it and take its socket, or both would stay.
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		_ = os.Remove(path)
+		return err
+	}
 	// The helper exits without waiting for the child; it is re-parented and lives on.
 	_ = cmd.Process.Release()
-
-	if err := writeFile("shim.pid", strconv.Itoa(pid)); err != nil {
-		return err
-	}
-	// containerd 1.6 reads this file when it reconnects to running shims after a restart.
-	if err := writeFile("address", address); err != nil {
-		return err
-	}
 	return writeAddress(address)
 }
 
-// listen creates the socket directory 0700 and the socket 0600. A socket file nobody listens on
-// is a leftover of a dead shim and is replaced; a live one yields EADDRINUSE.
+// listen creates the socket 0600, and the socket directory 0700 if it is missing. A directory
+// that exists is left as it is, as containerd's NewSocket leaves it: it may be /tmp, or the
+// socket_dir containerd 2.3+ made for its own use. A socket file nobody listens on is a leftover
+// of a dead shim and is replaced; a live one yields EADDRINUSE.
 func listen(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create socket directory: %w", err)
-	}
-	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("restrict socket directory: %w", err)
 	}
 	ln, err := listenUnix(path)
 	if errors.Is(err, unix.EADDRINUSE) {
