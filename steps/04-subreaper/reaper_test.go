@@ -17,6 +17,8 @@ import (
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/ttrpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
@@ -230,4 +232,34 @@ func TestContainerdCollectsExitStatus(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "step-04 shim still running after the task was deleted", func() bool {
 		return len(c.Shims(id)) == 0
 	})
+}
+
+// TestShutdownLetsRuncCommandsFinish: a Kill whose runc kill is still running when Shutdown
+// arrives must get its answer. The reap loop delivers runc's exit, so it must outlive the RPCs
+// in flight, not stop with the Shutdown request.
+func TestShutdownLetsRuncCommandsFinish(t *testing.T) {
+	t.Parallel()
+	k, f := faultyTask(t, "drain")
+	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+		t.Fatal(err)
+	}
+	k.WaitStatus(task.Status_STOPPED, 20*time.Second)
+	f.Set(t, "kill", testkit.Block)
+	killed := make(chan error, 1)
+	go func() {
+		_, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9})
+		killed <- err
+	}()
+	f.WaitReached(t, "kill", 20*time.Second)
+	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Conn.Task.Shutdown(k.Ctx(), &taskapi.ShutdownRequest{ID: k.ID}); err != nil && !errors.Is(err, ttrpc.ErrClosed) {
+		t.Fatal(err)
+	}
+	f.Clear(t, "kill")
+	// runc kill finds the container deleted: NotFound, not a connection closed on the caller.
+	if err := <-killed; driver.Code(err) != codes.NotFound {
+		t.Errorf("Kill in flight across Shutdown: %v, want NotFound from runc", err)
+	}
 }

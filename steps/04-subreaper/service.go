@@ -47,7 +47,12 @@ func serve(o options) error {
 	if err := becomeSubreaper(); err != nil {
 		return err
 	}
+	// ctx ends the reap loop and handleExits, and only when serve returns: the RPCs still in
+	// flight after a Shutdown drain first, and a runc command one of them runs needs the reap
+	// loop for its exit. The Shutdown RPC ends only the wait below, through requested.
 	ctx, stop := context.WithCancel(context.Background())
+	requested, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
 	reaper := newReaper()
 	runc.Monitor = reaper
 	var loops sync.WaitGroup
@@ -55,7 +60,7 @@ func serve(o options) error {
 	loops.Add(2)
 	go func() { defer loops.Done(); reaper.run(ctx) }()
 
-	svc := &service{id: o.id, namespace: o.namespace, log: logger, shutdown: stop}
+	svc := &service{id: o.id, namespace: o.namespace, log: logger, shutdown: shutdown}
 	exits := reaper.subscribe()
 	defer reaper.unsubscribe(exits)
 	go func() { defer loops.Done(); svc.handleExits(ctx, exits) }()
@@ -74,7 +79,7 @@ func serve(o options) error {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
 	served := make(chan error, 1)
-	// Not ctx: the Shutdown RPC cancels ctx, and ttrpc closes a connection whose context ends,
+	// Not requested: the Shutdown RPC cancels it, and ttrpc closes a connection whose context ends,
 	// which would drop the reply to that very Shutdown. srv.Shutdown below ends Serve.
 	go func() { served <- srv.Serve(context.Background(), ln) }()
 	logger.Info("serving", "namespace", o.namespace, "id", o.id, "socket", path, "pid", os.Getpid())
@@ -82,7 +87,7 @@ func serve(o options) error {
 	select {
 	case sig := <-signals:
 		logger.Info("stopping", "signal", sig.String())
-	case <-ctx.Done():
+	case <-requested.Done():
 		logger.Info("stopping", "reason", "shutdown requested")
 	case err := <-served:
 		logger.Error("serve", "err", err)

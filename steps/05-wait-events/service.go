@@ -48,7 +48,12 @@ func serve(o options) error {
 	if err := becomeSubreaper(); err != nil {
 		return err
 	}
+	// ctx ends the reap loop and handleExits, and only when serve returns: the RPCs still in
+	// flight after a Shutdown drain first, and a runc command one of them runs needs the reap
+	// loop for its exit. The Shutdown RPC ends only the wait below, through requested.
 	ctx, stop := context.WithCancel(context.Background())
+	requested, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
 	reaper := newReaper()
 	runc.Monitor = reaper
 	var loops sync.WaitGroup
@@ -70,7 +75,7 @@ func serve(o options) error {
 		events.close(flush)
 	}()
 	svc := &service{
-		id: o.id, namespace: o.namespace, log: logger, shutdown: stop, events: events,
+		id: o.id, namespace: o.namespace, log: logger, shutdown: shutdown, events: events,
 		running: map[int]*initProcess{}, starting: map[*heldExits]struct{}{},
 	}
 	exits := reaper.subscribe()
@@ -88,7 +93,7 @@ func serve(o options) error {
 	taskapi.RegisterTTRPCTaskService(srv, svc)
 
 	served := make(chan error, 1)
-	// Not ctx: the Shutdown RPC cancels ctx, and ttrpc closes a connection whose context ends,
+	// Not requested: the Shutdown RPC cancels it, and ttrpc closes a connection whose context ends,
 	// which would drop the reply to that very Shutdown. srv.Shutdown below ends Serve.
 	go func() { served <- srv.Serve(context.Background(), ln) }()
 	logger.Info("serving", "namespace", o.namespace, "id", o.id, "socket", path, "pid", os.Getpid())
@@ -96,7 +101,7 @@ func serve(o options) error {
 	select {
 	case sig := <-signals:
 		logger.Info("stopping", "signal", sig.String())
-	case <-ctx.Done():
+	case <-requested.Done():
 		logger.Info("stopping", "reason", "shutdown requested")
 	case err := <-served:
 		logger.Error("serve", "err", err)
