@@ -92,6 +92,22 @@ var exercises = []Exercise{
 		Anchor: "exercise-013-a-socket-anyone-can-connect-to",
 	},
 	{
+		// README heading: "### Exercise 01.4: a reply that never ends"
+		ID:    "01.4",
+		Step:  "01-bootstrap",
+		Kind:  Break,
+		Title: "let the long-lived shim inherit the helper's stdout",
+		Edit: &Edit{
+			File: "bootstrap.go",
+			Old:  "\tcmd.ExtraFiles = []*os.File{f}\n",
+			New:  "\tcmd.ExtraFiles = []*os.File{f}\n\tcmd.Stdout = os.Stdout // the shim writes its own messages there\n",
+		},
+		Check: "TestStartDaemonizes",
+		Hint: "The helper still prints the address and exits at once. Predict when the caller, which " +
+			"reads the helper's stdout until it ends, gets its reply, and what containerd does meanwhile.",
+		Anchor: "exercise-014-a-reply-that-never-ends",
+	},
+	{
 		// README heading: "### Exercise 02.1: answer Connect and State"
 		ID:    "02.1",
 		Step:  "02-ttrpc",
