@@ -17,7 +17,6 @@ import (
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/task"
-	"github.com/containerd/ttrpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
@@ -254,7 +253,7 @@ func TestShutdownLetsRuncCommandsFinish(t *testing.T) {
 	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.Conn.Task.Shutdown(k.Ctx(), &taskapi.ShutdownRequest{ID: k.ID}); err != nil && !errors.Is(err, ttrpc.ErrClosed) {
+	if _, err := k.Conn.Task.Shutdown(k.Ctx(), &taskapi.ShutdownRequest{ID: k.ID}); err != nil {
 		t.Fatal(err)
 	}
 	f.Clear(t, "kill")

@@ -130,8 +130,9 @@ var exercises = []Exercise{
 		Check: "TestShutdown",
 		Hint: "Open the log, take the listener from inheritedListener, build a ttrpc server with the " +
 			"same-user handshaker and s.intercept, register the service, run Serve in a goroutine, then " +
-			"wait for SIGTERM/SIGINT or the cancel that Shutdown calls; shut the server down with a grace " +
-			"period and remove the socket file.",
+			"wait for SIGTERM/SIGINT or the cancel that Shutdown calls; after a Shutdown let its caller " +
+			"hang up first (callers.waitHangUp, with callers.handshaker around the credential check), " +
+			"then shut the server down with a grace period and remove the socket file.",
 		Anchor: "exercise-022-serve-the-task-service-on-fd-3",
 	},
 	{
