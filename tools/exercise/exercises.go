@@ -143,8 +143,8 @@ var exercises = []Exercise{
 		Title: "serve without the peer-credential handshaker",
 		Edit: &Edit{
 			File: "service.go",
-			Old:  "ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),",
-			New:  "// ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),",
+			Old:  "ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),",
+			New:  "// ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),",
 		},
 		Check: "TestOtherUserIsRefused",
 		Hint: "The test loosens the socket's file modes on purpose. Predict what user nobody gets from " +
