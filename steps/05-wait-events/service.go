@@ -134,8 +134,9 @@ type service struct {
 	// mu guards the fields below. Create holds it across runc create, and Delete across runc
 	// delete, so those two never interleave. It does not keep a Delete out of a Start: Start
 	// releases it while runc start runs, and what a Delete does then is runc's to sort out (the
-	// Start fails, or the Delete is refused as the task now runs). The reap loop needs mu too:
-	// a runc command that waits on it for its exit never holds it.
+	// Start fails, or the Delete is refused as the task now runs). The reap loop hands runc's
+	// own exits back without it (only handleExits takes it), so a runc command run with mu held
+	// still gets its exit.
 	mu   sync.Mutex
 	init *initProcess // nil until Create and after Delete
 	// running maps a pid to the process whose exit is still to come.
