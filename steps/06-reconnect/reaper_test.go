@@ -262,3 +262,26 @@ func TestShutdownLetsRuncCommandsFinish(t *testing.T) {
 		t.Errorf("Kill in flight across Shutdown: %v, want NotFound from runc", err)
 	}
 }
+
+// TestRuncExitsReapedFirst: with SHIMWALK_REAP_FIRST, every runc command's exit is reaped, and
+// looked up, before Start returns, whenever Start does not hold the reaper's lock across the
+// fork. A monitor that records the pid after the fork then loses every runc exit, and the
+// first RPC fails, every time; the step's passes the whole life cycle.
+func TestRuncExitsReapedFirst(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	d.Env = append(d.Env, "SHIMWALK_REAP_FIRST=1")
+	k := testkit.NewTask(t, d, "reapfirst", testkit.TaskOptions{Args: []string{"sh", "-c", "exit 3"}, NullIO: true})
+	pid := k.Run()
+	st := k.WaitStatus(task.Status_STOPPED, 20*time.Second)
+	if st.ExitStatus != 3 {
+		t.Errorf("State: exit status %d, want 3", st.ExitStatus)
+	}
+	resp, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(resp.Pid) != pid || resp.ExitStatus != 3 {
+		t.Errorf("Delete = pid %d status %d; want %d, 3", resp.Pid, resp.ExitStatus, pid)
+	}
+}

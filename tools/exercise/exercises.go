@@ -283,9 +283,10 @@ var exercises = []Exercise{
 		Kind:  Build,
 		Title: "write the reaper's go-runc monitor: Start, StartLocked and Wait",
 		Funcs: []string{"reaper.Start", "reaper.StartLocked", "reaper.Wait"},
-		Check: "TestManyContainersAtOnce",
-		Hint: "Start forks the command while holding r.mu and records its pid in r.waiting with a " +
-			"buffered channel, so that reap cannot look the pid up before it is there. StartLocked does " +
+		Check: "TestRuncExitsReapedFirst",
+		Hint: "Start forks the command (with r.fork, c.Start plus the test hook) while holding r.mu and " +
+			"records its pid in r.waiting with a buffered channel, so that reap cannot look the pid up " +
+			"before it is there. StartLocked does " +
 			"the same from a goroutine locked to its OS thread until the exit arrives. Wait receives the " +
 			"exit from the channel, then calls c.Wait only to finish the command's I/O.",
 		Anchor: "exercise-044-a-monitor-for-runcs-own-exits",
