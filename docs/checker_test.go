@@ -207,16 +207,18 @@ func TestSameDiagram(t *testing.T) {
     shim-->>shimctl: OK (2.9ms)
     shim-)shimctl: event /tasks/start demo
     shimctl->>shim: Shutdown
-    shim-->>shimctl: Unknown: ttrpc: closed (5µs)
+    shim-->>shimctl: OK (5µs)
 `
 	if !sameDiagram(a, reordered) {
-		t.Errorf("diagrams that differ in values, event order and a cut Shutdown reply differ:\n%s\n%s",
+		t.Errorf("diagrams that differ in values and event order differ:\n%s\n%s",
 			diagramKey(mask(a, "")), diagramKey(mask(reordered, "")))
 	}
 	for _, other := range []string{
 		strings.Replace(a, "OK (3.2ms)", "Unimplemented: Start (3.2ms)", 1),
 		strings.Replace(a, "    shim-)shimctl: event /tasks/start demo\n", "", 1),
 		strings.Replace(a, "exec start", "exec delete", 1),
+		// A Shutdown whose reply was cut is an RPC error, not the same run: the shim must answer.
+		strings.Replace(a, "OK (100µs)", "Unknown: ttrpc: closed (100µs)", 1),
 	} {
 		if sameDiagram(a, other) {
 			t.Errorf("a different diagram is the same:\n%s", other)

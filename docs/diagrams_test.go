@@ -87,18 +87,12 @@ func sameDiagram(a, b string) bool {
 	return diagramKey(mask(a, "")) == diagramKey(mask(b, ""))
 }
 
-// A shim that exits on Shutdown may close the connection before its reply leaves: the driver
-// takes that as done, as containerd does, and so does the comparison.
-const shutdownCut = "shim-->>shimctl: Unknown: ttrpc: closed ("
-
 func diagramKey(d string) string {
 	var ordered, events []string
 	for _, l := range strings.Split(strings.TrimSpace(d), "\n") {
 		switch {
 		case isEvent(l):
 			events = append(events, l)
-		case len(ordered) > 0 && strings.HasSuffix(ordered[len(ordered)-1], "shimctl->>shim: Shutdown") && strings.Contains(l, shutdownCut):
-			ordered = append(ordered, strings.Replace(l, shutdownCut, "shim-->>shimctl: OK (", 1))
 		default:
 			ordered = append(ordered, l)
 		}

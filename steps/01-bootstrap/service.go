@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func serve(o options) error {
@@ -41,15 +42,22 @@ func serve(o options) error {
 		Namespace string `json:"namespace"`
 		Pid       int    `json:"pid"`
 	}{o.id, o.namespace, os.Getpid()}
+	var delay time.Duration
 	for {
 		conn, err := ln.Accept()
 		if errors.Is(err, net.ErrClosed) {
 			break
 		}
 		if err != nil {
-			logger.Error("accept", "err", err)
+			// An error that persists, EMFILE above all, fails every Accept at once: retrying
+			// straight away would spin on a CPU and flood the log. Back off, doubling from 5 ms
+			// to a second, as net/http's server and ttrpc's do.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			logger.Error("accept", "err", err, "retry_in", delay)
+			time.Sleep(delay)
 			continue
 		}
+		delay = 0
 		if err := json.NewEncoder(conn).Encode(hello); err != nil {
 			logger.Warn("greet", "err", err)
 		}

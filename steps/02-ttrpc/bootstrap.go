@@ -86,27 +86,30 @@ func start(o options) error {
 		return fmt.Errorf("start long-lived shim: %w", err)
 	}
 	pid := cmd.Process.Pid
+	// containerd 1.6 reads address when it reconnects to running shims after a restart.
+	err = writeFile("shim.pid", strconv.Itoa(pid))
+	if err == nil {
+		err = writeFile("address", address)
+	}
+	if err != nil {
+		// Nobody will learn of this shim: stop it and take its socket, or both would stay.
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		_ = os.Remove(path)
+		return err
+	}
 	// The helper exits without waiting for the child; it is re-parented and lives on.
 	_ = cmd.Process.Release()
-
-	if err := writeFile("shim.pid", strconv.Itoa(pid)); err != nil {
-		return err
-	}
-	// containerd 1.6 reads this file when it reconnects to running shims after a restart.
-	if err := writeFile("address", address); err != nil {
-		return err
-	}
 	return writeAddress(address)
 }
 
-// listen creates the socket directory 0700 and the socket 0600. A socket file nobody listens on
-// is a leftover of a dead shim and is replaced; a live one yields EADDRINUSE.
+// listen creates the socket 0600, and the socket directory 0700 if it is missing. A directory
+// that exists is left as it is, as containerd's NewSocket leaves it: it may be /tmp, or the
+// socket_dir containerd 2.3+ made for its own use. A socket file nobody listens on is a leftover
+// of a dead shim and is replaced; a live one yields EADDRINUSE.
 func listen(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create socket directory: %w", err)
-	}
-	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("restrict socket directory: %w", err)
 	}
 	ln, err := listenUnix(path)
 	if errors.Is(err, unix.EADDRINUSE) {
@@ -231,8 +234,16 @@ func openLogFIFO(name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-// deleteShim is the `delete` action: containerd runs it to clean up after a shim, alive or not.
-// It always succeeds for an unknown id, so that containerd can forget the task.
+// stopGrace is how long the delete action waits for a shim after SIGTERM, and again after
+// SIGKILL. containerd gives the whole action 5 s (cleanupTimeout, core/runtime/v2/shim.go) and
+// then kills it: whatever the action has not done by then stays undone.
+const stopGrace = 2 * time.Second
+
+// deleteShim is the `delete` action: containerd runs it to clean up after a shim it can no longer
+// reach. It always succeeds for an unknown id, so that containerd can forget the task. Unlike
+// containerd's runc shim, whose manager.Stop sends the shim no signal (containerd ends a shim
+// with the Shutdown RPC), it also stops a shim still alive: step 01 has no Shutdown RPC, and the
+// driver counts on it for a shim that ignored Shutdown. final/ leaves a live shim alone.
 func deleteShim(o options) error {
 	bundle := o.bundle
 	if bundle == "" {
@@ -240,7 +251,7 @@ func deleteShim(o options) error {
 	}
 	pidFile := filepath.Join(bundle, "shim.pid")
 	if pid, err := readPid(pidFile); err == nil && isShim(pid, o.id) {
-		if err := stopProcess(pid, 10*time.Second); err != nil {
+		if err := stopProcess(pid, stopGrace); err != nil {
 			return fmt.Errorf("stop shim %d: %w", pid, err)
 		}
 	}

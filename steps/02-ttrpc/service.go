@@ -39,10 +39,11 @@ func serve(o options) error {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	svc := &service{id: o.id, namespace: o.namespace, log: logger, shutdown: stop}
+	callers := newConns()
 	srv, err := ttrpc.NewServer(
 		// The socket is already 0600 in a 0700 directory; the credential check is the second
 		// lock, and the one that still holds if someone loosens the file modes.
-		ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),
+		ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),
 		ttrpc.WithUnaryServerInterceptor(svc.intercept),
 	)
 	if err != nil {
@@ -64,6 +65,9 @@ func serve(o options) error {
 		logger.Info("stopping", "signal", sig.String())
 	case <-ctx.Done():
 		logger.Info("stopping", "reason", "shutdown requested")
+		// The Shutdown reply may still be queued on a connection ttrpc would take for idle:
+		// let its caller read it and hang up first.
+		callers.waitHangUp(2 * time.Second)
 	case err := <-served:
 		logger.Error("serve", "err", err)
 	}

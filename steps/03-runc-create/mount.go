@@ -73,14 +73,15 @@ func mount(m *types.Mount, target string) error {
 	if m.Type == "" && flags&unix.MS_BIND == 0 {
 		return fmt.Errorf("mount of %q has no type", m.Source)
 	}
-	err := unix.Mount(m.Source, target, m.Type, flags&^unix.MS_RDONLY, strings.Join(data, ","))
+	err := unix.Mount(m.Source, target, m.Type, flags, strings.Join(data, ","))
 	if err != nil {
 		return fmt.Errorf("mount %s (%s) on %s: %w", m.Source, m.Type, target, err)
 	}
-	// A bind mount ignores MS_RDONLY on the first call; read-only takes a remount.
-	if flags&unix.MS_RDONLY != 0 {
-		remount := unix.MS_REMOUNT | unix.MS_RDONLY | (flags & unix.MS_BIND)
-		if err := unix.Mount("", target, "", remount, ""); err != nil {
+	// A bind mount ignores MS_RDONLY, and nosuid, nodev and the like, on its first call; it
+	// takes a remount, which sets every per-mount flag anew, so all of them go with it (as in
+	// containerd's Mount.mount). Other mounts got their flags with the first call.
+	if flags&(unix.MS_BIND|unix.MS_RDONLY) == unix.MS_BIND|unix.MS_RDONLY {
+		if err := unix.Mount("", target, "", flags|unix.MS_REMOUNT, ""); err != nil {
 			_ = unix.Unmount(target, unix.MNT_DETACH)
 			return fmt.Errorf("remount %s read-only: %w", target, err)
 		}

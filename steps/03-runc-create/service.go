@@ -44,10 +44,11 @@ func serve(o options) error {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	svc := &service{id: o.id, namespace: o.namespace, log: logger, shutdown: stop}
+	callers := newConns()
 	srv, err := ttrpc.NewServer(
 		// The socket is already 0600 in a 0700 directory; the credential check is the second
 		// lock, and the one that still holds if someone loosens the file modes.
-		ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),
+		ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),
 		ttrpc.WithUnaryServerInterceptor(svc.intercept),
 	)
 	if err != nil {
@@ -69,6 +70,9 @@ func serve(o options) error {
 		logger.Info("stopping", "signal", sig.String())
 	case <-ctx.Done():
 		logger.Info("stopping", "reason", "shutdown requested")
+		// The Shutdown reply may still be queued on a connection ttrpc would take for idle:
+		// let its caller read it and hang up first.
+		callers.waitHangUp(2 * time.Second)
 	case err := <-served:
 		logger.Error("serve", "err", err)
 	}
@@ -91,7 +95,10 @@ type service struct {
 	log           *slog.Logger
 	shutdown      func()
 
-	// mu serialises the lifecycle RPCs: a Delete must not run in the middle of a Start.
+	// mu guards init. Create and Delete hold it across their runc command, so those two never
+	// interleave. Start and Kill do not take it while runc runs, so a Delete can come in the
+	// middle of a Start: runc sorts that out (the Start fails, or the Delete is refused because
+	// the task now runs).
 	mu   sync.Mutex
 	init *initProcess // guarded by mu; nil until Create and after Delete
 }
@@ -243,7 +250,12 @@ func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*emptypb.Em
 		return nil, status.Errorf(codes.InvalidArgument, "signal %d is not a signal", r.Signal)
 	}
 	if err := p.kill(ctx, r.Signal, r.All); err != nil {
-		return nil, status.Errorf(codes.NotFound, "%v", err)
+		// NotFound tells the caller the task is gone and further kills are pointless; any
+		// other failure leaves a container that may still run, which the caller must hear.
+		if errors.Is(err, errGone) {
+			return nil, status.Errorf(codes.NotFound, "%v", err)
+		}
+		return nil, status.Errorf(codes.Unknown, "%v", err)
 	}
 	return &emptypb.Empty{}, nil
 }

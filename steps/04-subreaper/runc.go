@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,16 @@ import (
 )
 
 const defaultRuncRoot = "/run/shimwalk/runc"
+
+// runcBinary is the runc the shim drives: SHIMWALK_RUNC when set (the BinaryName of containerd's
+// runtime options plays this part in final/; the tests put a runc that fails on command there),
+// else the first runc on PATH.
+func runcBinary() string {
+	if b := os.Getenv("SHIMWALK_RUNC"); b != "" {
+		return b
+	}
+	return "runc"
+}
 
 // initProcess is the container's first process.
 type initProcess struct {
@@ -46,7 +57,7 @@ func newRuntime(namespace, bundle string) *runc.Runc {
 		root = defaultRuncRoot
 	}
 	return &runc.Runc{
-		Command:   "runc",
+		Command:   runcBinary(),
 		Root:      filepath.Join(root, namespace),
 		Log:       filepath.Join(bundle, "log.json"),
 		LogFormat: runc.JSON,
@@ -79,8 +90,9 @@ func createInit(ctx context.Context, namespace string, r *taskapi.CreateTaskRequ
 	}
 	pidFile := filepath.Join(r.Bundle, "init.pid")
 	opts := &runc.CreateOpts{IO: p.io, PidFile: pidFile}
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Create(ctx, r.ID, r.Bundle, opts); err != nil {
-		cerr := p.runtimeError(err, "runc create")
+		cerr := p.runtimeError(err, "runc create", mark)
 		// runc may have got as far as leaving state (and a waiting `runc init`) behind.
 		_ = p.runtime.Delete(context.WithoutCancel(ctx), r.ID, &runc.DeleteOpts{Force: true})
 		p.io.Close()
@@ -97,24 +109,52 @@ func createInit(ctx context.Context, namespace string, r *taskapi.CreateTaskRequ
 }
 
 func (p *initProcess) start(ctx context.Context) error {
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Start(ctx, p.id); err != nil {
-		return p.runtimeError(err, "runc start")
+		return p.runtimeError(err, "runc start", mark)
 	}
 	return nil
 }
 
+// kill signals the init, or with all every process of the container. Its error wraps errGone
+// only when runc said there is nothing left to signal: callers take NotFound from Kill for
+// "already gone" and stop trying, so a runc that failed, hung or was killed must not pass for
+// that (containerd's checkKillError in process/utils.go draws the same line).
 func (p *initProcess) kill(ctx context.Context, signal uint32, all bool) error {
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {
-		return p.runtimeError(err, "runc kill")
+		kerr := p.runtimeError(err, "runc kill", mark)
+		if saidGone(err) {
+			return fmt.Errorf("%w: %w", kerr, errGone)
+		}
+		return kerr
 	}
 	return nil
+}
+
+// errGone marks a kill that found nothing to signal.
+var errGone = errors.New("nothing left to signal")
+
+// saidGone reports whether runc refused because the container or its process is gone. Only the
+// call's own output counts (go-runc puts runc's stderr in err): runc's log also holds the errors
+// of every earlier call, and an old "container not running" must not speak for a runc that died
+// without a word.
+func saidGone(err error) bool {
+	msg := strings.ToLower(err.Error())
+	for _, gone := range []string{"container not running", "does not exist", "no such process", "process already finished"} {
+		if strings.Contains(msg, gone) {
+			return true
+		}
+	}
+	return false
 }
 
 // status asks runc, for what the shim cannot know by itself: created, running or paused.
 func (p *initProcess) status(ctx context.Context) (task.Status, error) {
+	mark := logEnd(p.runtime.Log)
 	c, err := p.runtime.State(ctx, p.id)
 	if err != nil {
-		return task.Status_UNKNOWN, p.runtimeError(err, "runc state")
+		return task.Status_UNKNOWN, p.runtimeError(err, "runc state", mark)
 	}
 	switch c.Status {
 	case "created":
@@ -133,9 +173,10 @@ func (p *initProcess) status(ctx context.Context) (task.Status, error) {
 // the rootfs. The container must have stopped (or never started).
 func (p *initProcess) delete(ctx context.Context) error {
 	// A container runc no longer knows (deleted by hand, say) is as deleted as can be; failing
-	// here would leave a task that can never be removed.
-	if err := p.runtime.Delete(ctx, p.id, nil); err != nil && !strings.Contains(lastRuncError(p.runtime.Log)+err.Error(), "does not exist") {
-		return p.runtimeError(err, "runc delete")
+	// here would leave a task that can never be removed. Only this call's own output says so.
+	mark := logEnd(p.runtime.Log)
+	if err := p.runtime.Delete(ctx, p.id, nil); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		return p.runtimeError(err, "runc delete", mark)
 	}
 	// Every process of the container is gone, so the pipes are at EOF; the bound only guards
 	// against a process that escaped the container with a copy of the pipe.
@@ -156,20 +197,34 @@ func (p *initProcess) delete(ctx context.Context) error {
 
 // runtimeError prefers runc's own last error message, from its JSON log, over the bare exit
 // status go-runc reports: "exec: \"nosuch\": executable file not found in $PATH" says more
-// than "exit status 1".
-func (p *initProcess) runtimeError(err error, what string) error {
-	if msg := lastRuncError(p.runtime.Log); msg != "" {
+// than "exit status 1". Only what the failed call wrote counts, from mark (logEnd before the
+// call) on: the log keeps every earlier call's errors, which say nothing about this one.
+func (p *initProcess) runtimeError(err error, what string, mark int64) error {
+	if msg := lastRuncError(p.runtime.Log, mark); msg != "" {
 		return fmt.Errorf("%s: %s", what, msg)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func lastRuncError(logPath string) string {
+// logEnd is the size of runc's log: where the next call's lines will begin.
+func logEnd(logPath string) int64 {
+	st, err := os.Stat(logPath)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// lastRuncError is the message of the last error runc logged at logPath from offset from on.
+func lastRuncError(logPath string, from int64) string {
 	f, err := os.Open(logPath)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return ""
+	}
 	var msg string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)

@@ -47,7 +47,12 @@ func serve(o options) error {
 	if err := becomeSubreaper(); err != nil {
 		return err
 	}
+	// ctx ends the reap loop and handleExits, and only when serve returns: the RPCs still in
+	// flight after a Shutdown drain first, and a runc command one of them runs needs the reap
+	// loop for its exit. The Shutdown RPC ends only the wait below, through requested.
 	ctx, stop := context.WithCancel(context.Background())
+	requested, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
 	reaper := newReaper()
 	runc.Monitor = reaper
 	var loops sync.WaitGroup
@@ -55,14 +60,15 @@ func serve(o options) error {
 	loops.Add(2)
 	go func() { defer loops.Done(); reaper.run(ctx) }()
 
-	svc := &service{id: o.id, namespace: o.namespace, log: logger, shutdown: stop}
+	svc := &service{id: o.id, namespace: o.namespace, log: logger, shutdown: shutdown}
 	exits := reaper.subscribe()
 	defer reaper.unsubscribe(exits)
 	go func() { defer loops.Done(); svc.handleExits(ctx, exits) }()
+	callers := newConns()
 	srv, err := ttrpc.NewServer(
 		// The socket is already 0600 in a 0700 directory; the credential check is the second
 		// lock, and the one that still holds if someone loosens the file modes.
-		ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),
+		ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),
 		ttrpc.WithUnaryServerInterceptor(svc.intercept),
 	)
 	if err != nil {
@@ -74,7 +80,7 @@ func serve(o options) error {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(signals)
 	served := make(chan error, 1)
-	// Not ctx: the Shutdown RPC cancels ctx, and ttrpc closes a connection whose context ends,
+	// Not requested: the Shutdown RPC cancels it, and ttrpc closes a connection whose context ends,
 	// which would drop the reply to that very Shutdown. srv.Shutdown below ends Serve.
 	go func() { served <- srv.Serve(context.Background(), ln) }()
 	logger.Info("serving", "namespace", o.namespace, "id", o.id, "socket", path, "pid", os.Getpid())
@@ -82,8 +88,11 @@ func serve(o options) error {
 	select {
 	case sig := <-signals:
 		logger.Info("stopping", "signal", sig.String())
-	case <-ctx.Done():
+	case <-requested.Done():
 		logger.Info("stopping", "reason", "shutdown requested")
+		// The Shutdown reply may still be queued on a connection ttrpc would take for idle:
+		// let its caller read it and hang up first.
+		callers.waitHangUp(2 * time.Second)
 	case err := <-served:
 		logger.Error("serve", "err", err)
 	}
@@ -106,7 +115,10 @@ type service struct {
 	log           *slog.Logger
 	shutdown      func()
 
-	// mu serialises the lifecycle RPCs: a Delete must not run in the middle of a Start.
+	// mu guards init. Create and Delete hold it across their runc command, so those two never
+	// interleave. Start and Kill do not take it while runc runs, so a Delete can come in the
+	// middle of a Start: runc sorts that out (the Start fails, or the Delete is refused because
+	// the task now runs).
 	mu   sync.Mutex
 	init *initProcess // guarded by mu; nil until Create and after Delete
 }
@@ -292,7 +304,12 @@ func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*emptypb.Em
 		return nil, status.Errorf(codes.InvalidArgument, "signal %d is not a signal", r.Signal)
 	}
 	if err := p.kill(ctx, r.Signal, r.All); err != nil {
-		return nil, status.Errorf(codes.NotFound, "%v", err)
+		// NotFound tells the caller the task is gone and further kills are pointless; any
+		// other failure leaves a container that may still run, which the caller must hear.
+		if errors.Is(err, errGone) {
+			return nil, status.Errorf(codes.NotFound, "%v", err)
+		}
+		return nil, status.Errorf(codes.Unknown, "%v", err)
 	}
 	return &emptypb.Empty{}, nil
 }
@@ -303,7 +320,15 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		return nil, err
 	}
 	if s.exitOf(p) == nil {
-		if st, err := p.status(ctx); err == nil && st != task.Status_STOPPED && st != task.Status_CREATED {
+		st, err := p.status(ctx)
+		if err == nil && st == task.Status_STOPPED {
+			// runc sees the init gone, but the reap loop has not recorded its exit yet. Deleting
+			// now would report 255 for a container that exited normally, and log its real exit
+			// as an orphan's. Like State, count the task as running until the exit is recorded
+			// (step 05 waits for it instead).
+			return nil, status.Errorf(codes.FailedPrecondition, "task %q has exited, but its exit status is not collected yet: try again", r.ID)
+		}
+		if err == nil && st != task.Status_CREATED {
 			return nil, status.Errorf(codes.FailedPrecondition, "task %q is %s: kill it first", r.ID, st)
 		}
 	}

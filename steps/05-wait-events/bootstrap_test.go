@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,6 +84,57 @@ func TestSocketPermissions(t *testing.T) {
 	}
 	if filepath.Dir(b.SocketPath()) != testkit.SocketDir(d) {
 		t.Errorf("socket %s is not in SHIMWALK_SOCKET_DIR %s", b.SocketPath(), testkit.SocketDir(d))
+	}
+}
+
+// TestExistingSocketDirIsLeftAlone: a socket directory that exists (/tmp, or containerd's own
+// socket_dir) keeps its mode; only one the shim creates is made 0700.
+func TestExistingSocketDirIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	dir := testkit.SocketDir(d)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	startShim(t, d, "shared")
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o755 {
+		t.Errorf("the existing socket directory became %v, want it left 0755", st.Mode().Perm())
+	}
+}
+
+// TestFailedStartLeavesNoShim: when the helper cannot write shim.pid, start fails, and neither
+// the shim it started nor the socket stays behind: nobody would ever learn of them.
+func TestFailedStartLeavesNoShim(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	bundle, err := d.CreateBundle("unwritable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// writeFile cannot clear a non-empty directory in the way of its temporary file.
+	if err := os.MkdirAll(filepath.Join(bundle, "shim.pid.tmp", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StartShim(context.Background(), "unwritable", nil); err == nil {
+		t.Error("start succeeded without shim.pid")
+	}
+	bin := shimBinary(t)
+	left := testkit.ProcessesWhere(func(args []string) bool {
+		return args[0] == bin && slices.Contains(args, "unwritable") && !slices.Contains(args, "start")
+	})
+	for _, pid := range left {
+		t.Errorf("shim %d left running", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if entries, _ := os.ReadDir(testkit.SocketDir(d)); len(entries) > 0 {
+		t.Errorf("socket directory holds %v", entries)
 	}
 }
 

@@ -35,12 +35,20 @@ type reaper struct {
 	mu      sync.Mutex
 	waiting map[int]chan runc.Exit  // runc commands by pid; guarded by mu
 	subs    map[*exitQueue]struct{} // guarded by mu
+	// reapFirst (SHIMWALK_REAP_FIRST=1, for tests) makes fork return only after the command
+	// has exited and, unless fork's caller holds mu, after its exit has been reaped and looked
+	// up: the earliest a runc command can be reaped, which a monitor must survive every time,
+	// not once in a while.
+	reapFirst bool
 }
 
 var _ runc.ProcessMonitor = (*reaper)(nil)
 
 func newReaper() *reaper {
-	return &reaper{waiting: map[int]chan runc.Exit{}, subs: map[*exitQueue]struct{}{}}
+	return &reaper{
+		waiting: map[int]chan runc.Exit{}, subs: map[*exitQueue]struct{}{},
+		reapFirst: os.Getenv("SHIMWALK_REAP_FIRST") == "1",
+	}
 }
 
 // becomeSubreaper makes the shim the parent of every orphan below it: of the container init
@@ -105,13 +113,37 @@ func exitStatus(ws unix.WaitStatus) int {
 	return ws.ExitStatus()
 }
 
+// fork starts c: c.Start, plus the test hook reapFirst. With it, fork waits for c to exit
+// (without reaping it), and if mu is free, so that nothing stops the reap loop from looking the
+// pid up before fork's caller records it, reaps it there and then, as the loop would.
+func (r *reaper) fork(c *exec.Cmd) error {
+	if err := c.Start(); err != nil {
+		return err
+	}
+	if !r.reapFirst {
+		return nil
+	}
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, c.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break // exited, or already reaped by the loop (ECHILD)
+		}
+	}
+	if r.mu.TryLock() {
+		r.mu.Unlock()
+		r.reap()
+	}
+	return nil
+}
+
 // Start starts a runc command. The fork happens under mu, and reap takes mu before it looks a
 // pid up, so even a command that exits at once is found in waiting and its exit is not taken
 // for a container's.
 func (r *reaper) Start(c *exec.Cmd) (chan runc.Exit, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := c.Start(); err != nil {
+	if err := r.fork(c); err != nil {
 		return nil, err
 	}
 	ec := make(chan runc.Exit, 1)

@@ -17,6 +17,7 @@ import (
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/task"
+	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
@@ -230,4 +231,57 @@ func TestContainerdCollectsExitStatus(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "step-04 shim still running after the task was deleted", func() bool {
 		return len(c.Shims(id)) == 0
 	})
+}
+
+// TestShutdownLetsRuncCommandsFinish: a Kill whose runc kill is still running when Shutdown
+// arrives must get its answer. The reap loop delivers runc's exit, so it must outlive the RPCs
+// in flight, not stop with the Shutdown request.
+func TestShutdownLetsRuncCommandsFinish(t *testing.T) {
+	t.Parallel()
+	k, f := faultyTask(t, "drain")
+	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+		t.Fatal(err)
+	}
+	k.WaitStatus(task.Status_STOPPED, 20*time.Second)
+	f.Set(t, "kill", testkit.Block)
+	killed := make(chan error, 1)
+	go func() {
+		_, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9})
+		killed <- err
+	}()
+	f.WaitReached(t, "kill", 20*time.Second)
+	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Conn.Task.Shutdown(k.Ctx(), &taskapi.ShutdownRequest{ID: k.ID}); err != nil {
+		t.Fatal(err)
+	}
+	f.Clear(t, "kill")
+	// runc kill finds the container deleted: NotFound, not a connection closed on the caller.
+	if err := <-killed; driver.Code(err) != codes.NotFound {
+		t.Errorf("Kill in flight across Shutdown: %v, want NotFound from runc", err)
+	}
+}
+
+// TestRuncExitsReapedFirst: with SHIMWALK_REAP_FIRST, every runc command's exit is reaped, and
+// looked up, before Start returns, whenever Start does not hold the reaper's lock across the
+// fork. A monitor that records the pid after the fork then loses every runc exit, and the
+// first RPC fails, every time; the step's passes the whole life cycle.
+func TestRuncExitsReapedFirst(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	d.Env = append(d.Env, "SHIMWALK_REAP_FIRST=1")
+	k := testkit.NewTask(t, d, "reapfirst", testkit.TaskOptions{Args: []string{"sh", "-c", "exit 3"}, NullIO: true})
+	pid := k.Run()
+	st := k.WaitStatus(task.Status_STOPPED, 20*time.Second)
+	if st.ExitStatus != 3 {
+		t.Errorf("State: exit status %d, want 3", st.ExitStatus)
+	}
+	resp, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(resp.Pid) != pid || resp.ExitStatus != 3 {
+		t.Errorf("Delete = pid %d status %d; want %d, 3", resp.Pid, resp.ExitStatus, pid)
+	}
 }

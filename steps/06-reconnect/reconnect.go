@@ -2,9 +2,10 @@
 
 // Surviving the caller (since step 06): the init's exit is written to exit.json so that it
 // outlives the shim, and the delete action cleans up after a shim that died, from what the
-// bundle holds. Mirrors containerd v2.4 cmd/containerd-shim-runc-v2/manager/manager_linux.go
-// (Stop: runc delete --force, unmount, report 128+SIGKILL); unlike it, a real exit status
-// recorded before the shim died is reported instead of 137.
+// bundle holds. Mirrors containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go
+// (handleProcessExit writes exit.json through runc.WriteExitStatus before TaskExit) and
+// manager/manager_linux.go (Stop: runc delete --force, unmount, the exit from exit.json, else
+// 128+SIGKILL). containerd 1.x, and 2.x before exit.json was added, always report 137.
 package main
 
 import (
@@ -58,11 +59,15 @@ func cleanupContainer(namespace, id, bundle string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r := newRuntime(namespace, bundle)
-	err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true})
-	if err != nil && !strings.Contains(err.Error(), "does not exist") {
-		if msg := lastRuncError(r.Log); msg != "" && !strings.Contains(msg, "does not exist") {
+	mark := logEnd(r.Log)
+	// Only a runc that said the container does not exist leaves nothing to kill. Any other
+	// failure (a runc that died or hung, say) may leave the container running: the action
+	// fails, and containerd does not record an exit the container has not had.
+	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		if msg := lastRuncError(r.Log, mark); msg != "" {
 			return fmt.Errorf("runc delete --force: %s", msg)
 		}
+		return fmt.Errorf("runc delete --force: %w", err)
 	}
 	if err := unmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

@@ -263,3 +263,60 @@ func TestContainerdRestart(t *testing.T) {
 		testkit.Eventually(t, 10*time.Second, "shim left for "+id, func() bool { return len(c.Shims(id)) == 0 })
 	}
 }
+
+// TestFailedCleanupIsAnError: when runc delete --force fails after the shim died, the container
+// may still run. The delete action must say so, not report 137 for a container that never
+// exited; once runc works again, the next delete cleans up.
+func TestFailedCleanupIsAnError(t *testing.T) {
+	t.Parallel()
+	k, f := faultyTask(t, "stuck")
+	pid := k.State().Pid
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+	// Die first: a runc killed mid-call logs nothing, so no earlier error line can cover for it.
+	for _, fault := range []testkit.Fault{testkit.Die, testkit.Fail} {
+		f.Set(t, "delete", fault)
+		if resp, err := k.D.DeleteShim(context.Background(), k.ID); err == nil {
+			t.Errorf("delete action with a runc that meets %q: %v, want an error", fault, resp)
+		}
+		if !testkit.Alive(int(pid)) {
+			t.Fatalf("the container is gone although runc delete never ran")
+		}
+	}
+	f.Clear(t, "delete")
+	resp, err := k.D.DeleteShim(context.Background(), k.ID)
+	if err != nil || resp.ExitStatus != 137 || resp.Pid != pid {
+		t.Errorf("delete action once runc works: %v, %v; want pid %d, status 137", resp, err, pid)
+	}
+	testkit.ExpectGone(t, int(pid), "container after the delete action")
+}
+
+// TestHungShimDoesNotDelayCleanup: containerd runs the delete action for a shim it cannot reach,
+// which may be hung rather than dead, and kills the action after 5 s. The container is what the
+// action is for: runc delete --force must run before the shim is signalled, let alone waited for.
+func TestHungShimDoesNotDelayCleanup(t *testing.T) {
+	t.Parallel()
+	k, f := faultyTask(t, "hung")
+	pid := int(k.State().Pid)
+	if err := syscall.Kill(k.ShimPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(k.ShimPid, syscall.SIGKILL) })
+	f.Set(t, "delete", testkit.Block)
+	done := make(chan error, 1)
+	go func() {
+		_, err := k.D.DeleteShim(context.Background(), k.ID)
+		done <- err
+	}()
+	f.WaitReached(t, "delete", 20*time.Second)
+	// runc delete --force is running: the stopped shim has not been touched yet.
+	if st, err := testkit.ProcStat(k.ShimPid); err != nil || st.State != 'T' {
+		t.Errorf("the hung shim was signalled before the container was cleaned up: %+v, %v", st, err)
+	}
+	f.Clear(t, "delete")
+	if err := <-done; err != nil {
+		t.Fatalf("delete action: %v", err)
+	}
+	testkit.ExpectGone(t, pid, "container after the delete action")
+	testkit.ExpectGone(t, k.ShimPid, "hung shim after the delete action")
+}

@@ -49,7 +49,12 @@ func serve(o options) error {
 	if err := becomeSubreaper(); err != nil {
 		return err
 	}
+	// ctx ends the reap loop and handleExits, and only when serve returns: the RPCs still in
+	// flight after a Shutdown drain first, and a runc command one of them runs needs the reap
+	// loop for its exit. The Shutdown RPC ends only the wait below, through requested.
 	ctx, stop := context.WithCancel(context.Background())
+	requested, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
 	reaper := newReaper()
 	runc.Monitor = reaper
 	var loops sync.WaitGroup
@@ -71,16 +76,17 @@ func serve(o options) error {
 		events.close(flush)
 	}()
 	svc := &service{
-		id: o.id, namespace: o.namespace, log: logger, shutdown: stop, events: events,
-		running: map[int]*initProcess{}, starting: map[int][]exit{},
+		id: o.id, namespace: o.namespace, log: logger, shutdown: shutdown, events: events,
+		running: map[int]*initProcess{}, starting: map[*heldExits]struct{}{},
 	}
 	exits := reaper.subscribe()
 	defer reaper.unsubscribe(exits)
 	go func() { defer loops.Done(); svc.handleExits(ctx, exits) }()
+	callers := newConns()
 	srv, err := ttrpc.NewServer(
 		// The socket is already 0600 in a 0700 directory; the credential check is the second
 		// lock, and the one that still holds if someone loosens the file modes.
-		ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),
+		ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),
 		ttrpc.WithUnaryServerInterceptor(svc.intercept),
 	)
 	if err != nil {
@@ -89,7 +95,7 @@ func serve(o options) error {
 	taskapi.RegisterTTRPCTaskService(srv, svc)
 
 	served := make(chan error, 1)
-	// Not ctx: the Shutdown RPC cancels ctx, and ttrpc closes a connection whose context ends,
+	// Not requested: the Shutdown RPC cancels it, and ttrpc closes a connection whose context ends,
 	// which would drop the reply to that very Shutdown. srv.Shutdown below ends Serve.
 	go func() { served <- srv.Serve(context.Background(), ln) }()
 	logger.Info("serving", "namespace", o.namespace, "id", o.id, "socket", path, "pid", os.Getpid())
@@ -97,8 +103,11 @@ func serve(o options) error {
 	select {
 	case sig := <-signals:
 		logger.Info("stopping", "signal", sig.String())
-	case <-ctx.Done():
+	case <-requested.Done():
 		logger.Info("stopping", "reason", "shutdown requested")
+		// The Shutdown reply may still be queued on a connection ttrpc would take for idle:
+		// let its caller read it and hang up first.
+		callers.waitHangUp(2 * time.Second)
 	case err := <-served:
 		logger.Error("serve", "err", err)
 	}
@@ -123,14 +132,26 @@ type service struct {
 
 	events *publisher
 
-	// mu serialises the lifecycle RPCs: a Delete must not run in the middle of a Start.
+	// mu guards the fields below. Create holds it across runc create, and Delete across runc
+	// delete, so those two never interleave. It does not keep a Delete out of a Start: Start
+	// releases it while runc start runs, and what a Delete does then is runc's to sort out (the
+	// Start fails, or the Delete is refused as the task now runs). The reap loop hands runc's
+	// own exits back without it (only handleExits takes it), so a runc command run with mu held
+	// still gets its exit.
 	mu   sync.Mutex
-	init *initProcess // guarded by mu; nil until Create and after Delete
-	// running maps a pid to the process whose exit is still to come. guarded by mu
+	init *initProcess // nil until Create and after Delete
+	// running maps a pid to the process whose exit is still to come.
 	running map[int]*initProcess
-	// starting holds back the exits of processes whose Start is in flight, so that no TaskExit
-	// overtakes its TaskStart. guarded by mu
-	starting map[int][]exit
+	// starting holds back, for each Start in flight, the exits of its process, so that no
+	// TaskExit overtakes its TaskStart. Each Start has its own: a second Start of the same task
+	// must not drop what the first is holding.
+	starting map[*heldExits]struct{}
+}
+
+// heldExits are the exits of pid that arrived while one Start was in flight.
+type heldExits struct {
+	pid   int
+	exits []exit
 }
 
 var _ taskapi.TTRPCTaskService = (*service)(nil)
@@ -219,8 +240,15 @@ func (s *service) handleExits(ctx context.Context, q *exitQueue) {
 		}
 		for _, e := range q.take() {
 			s.mu.Lock()
-			if held, ok := s.starting[e.pid]; ok {
-				s.starting[e.pid] = append(held, e)
+			held := false
+			for h := range s.starting {
+				if h.pid == e.pid {
+					h.exits = append(h.exits, e)
+					held = true
+				}
+			}
+			if held {
+				s.log.Info("exit held until its start is announced", "pid", e.pid, "status", e.status)
 			} else {
 				s.processExit(e)
 			}
@@ -329,8 +357,9 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 	}
 	// A process that exits at once (/bin/true) can be reaped before runc start even returns.
 	// Hold its exit until TaskStart is out, then handle it: exactly once, and in order.
+	h := &heldExits{pid: p.pid}
 	s.mu.Lock()
-	s.starting[p.pid] = nil
+	s.starting[h] = struct{}{}
 	s.mu.Unlock()
 	startErr := p.start(ctx)
 	if startErr == nil {
@@ -338,9 +367,10 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 		s.events.publish(topicStart, &eventstypes.TaskStart{ContainerID: p.id, Pid: uint32(p.pid)})
 	}
 	s.mu.Lock()
-	held := s.starting[p.pid]
-	delete(s.starting, p.pid)
-	for _, e := range held {
+	delete(s.starting, h)
+	// Another Start may have held the same exit and handled it already: processExit then finds
+	// the pid no longer running and does nothing.
+	for _, e := range h.exits {
 		s.processExit(e)
 	}
 	s.mu.Unlock()
@@ -359,7 +389,12 @@ func (s *service) Kill(ctx context.Context, r *taskapi.KillRequest) (*emptypb.Em
 		return nil, status.Errorf(codes.InvalidArgument, "signal %d is not a signal", r.Signal)
 	}
 	if err := p.kill(ctx, r.Signal, r.All); err != nil {
-		return nil, status.Errorf(codes.NotFound, "%v", err)
+		// NotFound tells the caller the task is gone and further kills are pointless; any
+		// other failure leaves a container that may still run, which the caller must hear.
+		if errors.Is(err, errGone) {
+			return nil, status.Errorf(codes.NotFound, "%v", err)
+		}
+		return nil, status.Errorf(codes.Unknown, "%v", err)
 	}
 	return &emptypb.Empty{}, nil
 }
@@ -379,7 +414,15 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 	if s.init != p {
 		return nil, status.Errorf(codes.NotFound, "task %q: %v", r.ID, errNotCreated)
 	}
+	// A Delete already under way may be waiting below for the exit, with mu released. A second
+	// one must not run runc delete again nor publish a second TaskDelete: for it, as for
+	// containerd's shim once the first has finished, the task is gone.
+	if p.deleting {
+		return nil, status.Errorf(codes.NotFound, "task %q is being deleted", r.ID)
+	}
+	p.deleting = true
 	if err := p.delete(ctx); err != nil {
+		p.deleting = false
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
 	if p.exited == nil {
@@ -392,6 +435,8 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		}
 		s.mu.Lock()
 		if p.exited == nil {
+			// Deleted in runc, not yet here: a later Delete waits for the exit again.
+			p.deleting = false
 			return nil, status.Errorf(codes.DeadlineExceeded, "task %q: exit not seen after runc delete", r.ID)
 		}
 	}

@@ -116,6 +116,22 @@ var exercises = []Exercise{
 		Anchor: "exercise-013-a-socket-anyone-can-connect-to",
 	},
 	{
+		// README heading: "### Exercise 01.4: a reply that never ends"
+		ID:    "01.4",
+		Step:  "01-bootstrap",
+		Kind:  Break,
+		Title: "let the long-lived shim inherit the helper's stdout",
+		Edit: &Edit{
+			File: "bootstrap.go",
+			Old:  "\tcmd.ExtraFiles = []*os.File{f}\n",
+			New:  "\tcmd.ExtraFiles = []*os.File{f}\n\tcmd.Stdout = os.Stdout // the shim writes its own messages there\n",
+		},
+		Check: "TestStartDaemonizes",
+		Hint: "The helper still prints the address and exits at once. Predict when the caller, which " +
+			"reads the helper's stdout until it ends, gets its reply, and what containerd does meanwhile.",
+		Anchor: "exercise-014-a-reply-that-never-ends",
+	},
+	{
 		// README heading: "### Exercise 02.1: answer Connect and State"
 		ID:    "02.1",
 		Step:  "02-ttrpc",
@@ -138,8 +154,9 @@ var exercises = []Exercise{
 		Check: "TestShutdown",
 		Hint: "Open the log, take the listener from inheritedListener, build a ttrpc server with the " +
 			"same-user handshaker and s.intercept, register the service, run Serve in a goroutine, then " +
-			"wait for SIGTERM/SIGINT or the cancel that Shutdown calls; shut the server down with a grace " +
-			"period and remove the socket file.",
+			"wait for SIGTERM/SIGINT or the cancel that Shutdown calls; after a Shutdown let its caller " +
+			"hang up first (callers.waitHangUp, with callers.handshaker around the credential check), " +
+			"then shut the server down with a grace period and remove the socket file.",
 		Anchor: "exercise-022-serve-the-task-service-on-fd-3",
 	},
 	{
@@ -150,8 +167,8 @@ var exercises = []Exercise{
 		Title: "serve without the peer-credential handshaker",
 		Edit: &Edit{
 			File: "service.go",
-			Old:  "ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),",
-			New:  "// ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()),",
+			Old:  "ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),",
+			New:  "// ttrpc.WithServerHandshaker(callers.handshaker(ttrpc.UnixSocketRequireSameUser())),",
 		},
 		Check: "TestOtherUserIsRefused",
 		Hint: "The test loosens the socket's file modes on purpose. Predict what user nobody gets from " +
@@ -227,7 +244,7 @@ var exercises = []Exercise{
 		Title: "report runc's exit status instead of its logged error",
 		Edit: &Edit{
 			File: "runc.go",
-			Old: "\tif msg := lastRuncError(p.runtime.Log); msg != \"\" {\n" +
+			Old: "\tif msg := lastRuncError(p.runtime.Log, mark); msg != \"\" {\n" +
 				"\t\treturn fmt.Errorf(\"%s: %s\", what, msg)\n" +
 				"\t}\n",
 			New: "",
@@ -290,9 +307,10 @@ var exercises = []Exercise{
 		Kind:  Build,
 		Title: "write the reaper's go-runc monitor: Start, StartLocked and Wait",
 		Funcs: []string{"reaper.Start", "reaper.StartLocked", "reaper.Wait"},
-		Check: "TestManyContainersAtOnce",
-		Hint: "Start forks the command while holding r.mu and records its pid in r.waiting with a " +
-			"buffered channel, so that reap cannot look the pid up before it is there. StartLocked does " +
+		Check: "TestRuncExitsReapedFirst",
+		Hint: "Start forks the command (with r.fork, c.Start plus the test hook) while holding r.mu and " +
+			"records its pid in r.waiting with a buffered channel, so that reap cannot look the pid up " +
+			"before it is there. StartLocked does " +
 			"the same from a goroutine locked to its OS thread until the exit arrives. Wait receives the " +
 			"exit from the channel, then calls c.Wait only to finish the command's I/O.",
 		Anchor: "exercise-044-a-monitor-for-runcs-own-exits",
@@ -318,8 +336,8 @@ var exercises = []Exercise{
 		Title: "start without holding back early exits",
 		Edit: &Edit{
 			File: "service.go",
-			Old:  "\ts.starting[p.pid] = nil\n",
-			New:  "\t// s.starting[p.pid] = nil\n",
+			Old:  "\ts.starting[h] = struct{}{}\n",
+			New:  "\t// s.starting[h] = struct{}{}\n",
 		},
 		Check: "TestEarlyExitComesAfterStart",
 		Hint: "Predict the order of the four events for a container running /bin/true, and whether Wait " +
@@ -371,7 +389,8 @@ var exercises = []Exercise{
 		Check: "TestExitWhileNobodyListens",
 		Hint: "Wait, State and the queued TaskExit still carry the exit. Predict what the delete action " +
 			"reports for this task if the shim is killed after the container exited and before anyone " +
-			"collected the exit.",
+			"collected the exit. containerd v2.4.2's runc shim writes exit.json for this very case; " +
+			"containerd 1.x's reports 137.",
 		Anchor: "exercise-061-an-exit-that-dies-with-its-shim",
 	},
 	{
