@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -521,4 +523,80 @@ func blockedOnLock(t *testing.T, k *testkit.Task, fn string) bool {
 		}
 	}
 	return false
+}
+
+// joinCgroups moves pid into every cgroup that from is in, v1 hierarchies and v2 alike: the
+// cgroups as /proc/<from>/cgroup lists them, found under /sys/fs/cgroup.
+func joinCgroups(t *testing.T, from []string, pid int) {
+	t.Helper()
+	joined := 0
+	for _, line := range from {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || parts[2] == "/" {
+			continue
+		}
+		var dirs []string
+		if parts[1] == "" {
+			dirs = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+		} else {
+			dirs = []string{filepath.Join("/sys/fs/cgroup", strings.TrimPrefix(parts[1], "name="))}
+		}
+		for _, dir := range dirs {
+			procs := filepath.Join(dir, parts[2], "cgroup.procs")
+			if _, err := os.Stat(procs); err != nil {
+				continue
+			}
+			if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+				t.Fatalf("join %s: %v", procs, err)
+			}
+			joined++
+		}
+	}
+	if joined == 0 {
+		t.Fatalf("no cgroup of %v to join", from)
+	}
+}
+
+// TestKillAllReachesAStoppedTask: Kill with all still reaches what is left in a container
+// whose init has stopped, as runc kill --all and the reference do; without all it is NotFound.
+func TestKillAllReachesAStoppedTask(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "kill-all-stopped", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	initPid := k.Run()
+	cgroups, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", initPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(initPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExec(t, k, "")
+	// Something left in the container's cgroup once its init is gone: what a process that
+	// escaped the kill on exit, or one the init's cgroup gained later, would be.
+	left := exec.Command("sleep", "1000")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	ended := make(chan struct{}) // closed once the process has been waited for
+	go func() { waitErr = left.Wait(); close(ended) }()
+	t.Cleanup(func() {
+		left.Process.Kill()
+		<-ended
+	})
+	joinCgroups(t, strings.Fields(string(cgroups)), left.Process.Pid)
+	_, err = k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9})
+	expectCode(t, "Kill of a stopped init", err, codes.NotFound)
+	if _, err := k.Conn.Task.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9, All: true}); err != nil {
+		t.Fatalf("Kill with all of a stopped task: %v", err)
+	}
+	select {
+	case <-ended:
+		if ee, ok := waitErr.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("what was left ended with %v, want SIGKILL", waitErr)
+		}
+	case <-rpcCtx(t, 20*time.Second).Done():
+		t.Errorf("what was left in the container's cgroup lives on after Kill with all")
+	}
 }
