@@ -600,3 +600,54 @@ func TestKillAllReachesAStoppedTask(t *testing.T) {
 		t.Errorf("what was left in the container's cgroup lives on after Kill with all")
 	}
 }
+
+// TestSecondDeleteWhileTheFirstRuns: a Delete that comes while another Delete of the same task
+// is still in runc delete waits for it and then finds the task gone; TaskDelete is sent once.
+func TestSecondDeleteWhileTheFirstRuns(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	events := testkit.Events(t, d)
+	runc := testkit.NewFaultyRunc(t)
+	k := testkit.NewTask(t, d, "two-deletes", testkit.TaskOptions{Args: []string{"true"}, NullIO: true})
+	req := k.CreateRequest()
+	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
+	svc := k.Conn.Task
+	if _, err := svc.Create(k.Ctx(), req); err != nil {
+		t.Fatal(err)
+	}
+	k.Start()
+	waitExec(t, k, "")
+	t.Cleanup(func() { runc.Clear(t, "delete") })
+	runc.Set(t, "delete", testkit.Block)
+	results := make(chan error, 2)
+	del := func() {
+		_, err := svc.Delete(rpcCtx(t, 30*time.Second), &taskapi.DeleteRequest{ID: k.ID})
+		results <- err
+	}
+	go del()
+	runc.WaitReached(t, "delete", 20*time.Second)
+	go del()
+	testkit.Eventually(t, 20*time.Second, "the second Delete never reached the shim", func() bool {
+		return blockedOnLock(t, k, "process.(*Init).Delete")
+	})
+	runc.Clear(t, "delete")
+	codesSeen := map[codes.Code]int{}
+	for range 2 {
+		codesSeen[driver.Code(<-results)]++
+	}
+	if codesSeen[codes.OK] != 1 || codesSeen[codes.NotFound] != 1 {
+		t.Errorf("two Deletes: %v, want one OK and one NotFound", codesSeen)
+	}
+	got := nextEvents(t, events, 0, 4)
+	if s := topics(got); s != "/tasks/create /tasks/start /tasks/exit /tasks/delete" {
+		t.Errorf("events: %s", s)
+	}
+	// Anything published after the first TaskDelete would be a second one.
+	if _, err := svc.Shutdown(k.Ctx(), &taskapi.ShutdownRequest{ID: k.ID}); err != nil && driver.Code(err) != codes.Unknown {
+		t.Errorf("Shutdown: %v", err)
+	}
+	testkit.ExpectGone(t, k.ShimPid, "the shim")
+	if n := len(events.Events()); n != 4 {
+		t.Errorf("%d events, want 4: %s", n, topics(events.Events()))
+	}
+}
