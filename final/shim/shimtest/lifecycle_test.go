@@ -198,43 +198,56 @@ func TestTwoStartsKeepTheExit(t *testing.T) {
 
 // TestExecRacingInitExit is containerd's TestIssue10589 through the Task API: while an exec's
 // runc exec is held, the init is killed. The init's TaskExit waits until that Start has
-// resolved; an exec added meanwhile is accepted and its Start refused; nothing hangs.
+// resolved; an exec added meanwhile is accepted and its Start refused; nothing hangs. The
+// container has the host's PID namespace, so that the shim's runc kill --all, held as well,
+// shows that the shim has taken in the init's exit.
 func TestExecRacingInitExit(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
 	events := testkit.Events(t, d)
 	runc := testkit.NewFaultyRunc(t)
 	k := testkit.NewTask(t, d, "exec-race", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	editSpec(t, k, func(s *specs.Spec) {
+		var kept []specs.LinuxNamespace
+		for _, n := range s.Linux.Namespaces {
+			if n.Type != specs.PIDNamespace {
+				kept = append(kept, n)
+			}
+		}
+		s.Linux.Namespaces = kept
+	})
 	req := k.CreateRequest()
 	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
 	svc := k.Conn.Task
-	if _, err := svc.Create(k.Ctx(), req); err != nil {
+	initPid, err := svc.Create(k.Ctx(), req)
+	if err != nil {
 		t.Fatal(err)
 	}
 	k.Start()
-	t.Cleanup(func() { runc.Clear(t, "exec") })
+	t.Cleanup(func() { runc.Clear(t, "exec"); runc.Clear(t, "kill") })
 	if _, err := svc.Exec(k.Ctx(), &taskapi.ExecProcessRequest{ID: k.ID, ExecID: "exec1", Spec: execSpec(t, "sleep", "301")}); err != nil {
 		t.Fatal(err)
 	}
 	runc.Set(t, "exec", testkit.Block)
+	runc.Set(t, "kill", testkit.Block)
 	exec1 := make(chan error, 1)
 	go func() {
 		_, err := svc.Start(rpcCtx(t, 30*time.Second), &taskapi.StartRequest{ID: k.ID, ExecID: "exec1"})
 		exec1 <- err
 	}()
 	runc.WaitReached(t, "exec", 20*time.Second)
-	if _, err := svc.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+	if err := syscall.Kill(int(initPid.Pid), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	initPid := int(k.State().Pid)
-	testkit.Eventually(t, 20*time.Second, "the init was never reaped", func() bool { return !testkit.Alive(initPid) })
+	runc.WaitReached(t, "kill", 20*time.Second) // the shim has the init's exit
 
 	if _, err := svc.Exec(k.Ctx(), &taskapi.ExecProcessRequest{ID: k.ID, ExecID: "exec2", Spec: execSpec(t, "sleep", "302")}); err != nil {
 		t.Fatalf("Exec while the init's exit is held: %v", err)
 	}
-	_, err := svc.Start(k.Ctx(), &taskapi.StartRequest{ID: k.ID, ExecID: "exec2"})
+	_, err = svc.Start(k.Ctx(), &taskapi.StartRequest{ID: k.ID, ExecID: "exec2"})
 	expectCode(t, "Start of an exec after the init exited", err, codes.FailedPrecondition)
 
+	runc.Clear(t, "kill")
 	runc.Clear(t, "exec")
 	if err := <-exec1; err == nil {
 		t.Errorf("exec1 started in a container whose init is dead")
