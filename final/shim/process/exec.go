@@ -37,7 +37,7 @@ type Exec struct {
 	// is none: before Start, after the exit, or on a kernel without pidfd_open (then the pid
 	// is signalled, as containerd's runc shim always does). Guarded by mu.
 	pidfd int
-	gone  bool // guarded by mu: the process was reaped before its pidfd could be opened
+	gone  bool // guarded by mu: the process has been reaped; nothing is to be signalled
 }
 
 // NewExec prepares an exec process in the container; Start runs it. Execs are refused once
@@ -73,12 +73,14 @@ func (e *Exec) Status() task.Status {
 	return e.base.Status()
 }
 
-// SetExited records the exit and lets go of the pidfd: from here on nothing may be signalled.
+// SetExited lets go of the pidfd, then records the exit: from here on nothing may be
+// signalled, and a Wait that returns finds the pidfd already closed.
 func (e *Exec) SetExited(status int, at time.Time) {
-	e.base.SetExited(status, at)
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.closePidfd()
+	e.gone = true
+	e.mu.Unlock()
+	e.base.SetExited(status, at)
 }
 
 func (e *Exec) closePidfd() {
