@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -663,4 +664,60 @@ func TestSecondDeleteWhileTheFirstRuns(t *testing.T) {
 	if n := len(events.Events()); n != 4 {
 		t.Errorf("%d events, want 4: %s", n, topics(events.Events()))
 	}
+}
+
+// pidfdsOf lists the pids the pidfds that process pid holds refer to.
+func pidfdsOf(t *testing.T, pid int) []int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		if link, _ := os.Readlink(filepath.Join(dir, e.Name())); link != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				pids = append(pids, n)
+			}
+		}
+	}
+	return pids
+}
+
+// TestExecKilledThroughPidfd: the shim holds a pidfd for a running exec, so that Kill never
+// reaches another process that took the pid once the exec was reaped, and lets it go with the
+// exit. A signal still gets through it.
+func TestExecKilledThroughPidfd(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "exec-pidfd", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	k.Run()
+	svc := k.Conn.Task
+	if _, err := svc.Exec(k.Ctx(), &taskapi.ExecProcessRequest{ID: k.ID, ExecID: "long", Spec: execSpec(t, "sleep", "100")}); err != nil {
+		t.Fatal(err)
+	}
+	started, err := svc.Start(k.Ctx(), &taskapi.StartRequest{ID: k.ID, ExecID: "long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := pidfdsOf(t, k.ShimPid); !slices.Contains(held, int(started.Pid)) {
+		t.Errorf("the shim holds pidfds for %v, not for the exec %d", held, started.Pid)
+	}
+	if _, err := svc.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, ExecID: "long", Signal: 15}); err != nil {
+		t.Fatal(err)
+	}
+	if w := waitExec(t, k, "long"); w.ExitStatus != 128+15 {
+		t.Errorf("exec exited %d, want %d", w.ExitStatus, 128+15)
+	}
+	if held := pidfdsOf(t, k.ShimPid); slices.Contains(held, int(started.Pid)) {
+		t.Errorf("the shim still holds a pidfd for the exec %d after its exit", started.Pid)
+	}
+	_, err = svc.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, ExecID: "long", Signal: 9})
+	expectCode(t, "Kill of an exited exec", err, codes.NotFound)
 }
