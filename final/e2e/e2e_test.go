@@ -140,6 +140,7 @@ func suite(t *testing.T, e *env) {
 	t.Run("OOMExec", e.testOOMExec)
 	t.Run("Update", e.testUpdate)
 	t.Run("KillDelete", e.testKillDelete)
+	t.Run("PodPidNamespace", e.testPodPidNamespace)
 	t.Run("Terminal", e.testTerminal)
 	t.Run("LogURI", e.testLogURI)
 	t.Run("Group", e.testGroup)

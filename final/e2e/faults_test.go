@@ -72,20 +72,20 @@ type background struct {
 }
 
 // ctrBackground starts ctr with args; it is killed, if still running, when the test ends.
-func (f *faults) ctrBackground(args ...string) *background {
-	f.t.Helper()
-	full := append([]string{"--address", f.c.Address, "--namespace", f.c.Namespace}, args...)
-	b := &background{cmd: exec.Command(f.c.CtrBinary, full...), done: make(chan struct{})}
+func (e *env) ctrBackground(args ...string) *background {
+	e.t.Helper()
+	full := append([]string{"--address", e.c.Address, "--namespace", e.c.Namespace}, args...)
+	b := &background{cmd: exec.Command(e.c.CtrBinary, full...), done: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
 	if err := b.cmd.Start(); err != nil {
-		f.t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	go func() {
 		// Owned by the test: the cleanup below waits for it.
 		b.result = b.cmd.Wait()
 		close(b.done)
 	}()
-	f.t.Cleanup(func() {
+	e.t.Cleanup(func() {
 		_ = b.cmd.Process.Kill()
 		<-b.done
 	})
@@ -118,11 +118,11 @@ func (f *faults) shimOf(id string) int {
 }
 
 // initPid is the container's init, from the pid file runc wrote in the bundle.
-func (f *faults) initPid(id string) int {
-	f.t.Helper()
+func (e *env) initPid(id string) int {
+	e.t.Helper()
 	var pid int
-	testkit.Eventually(f.t, 10*time.Second, "no init.pid for "+id, func() bool {
-		p, err := os.ReadFile(filepath.Join(f.c.Bundle(id), "init.pid"))
+	testkit.Eventually(e.t, 10*time.Second, "no init.pid for "+id, func() bool {
+		p, err := os.ReadFile(filepath.Join(e.c.Bundle(id), "init.pid"))
 		if err != nil {
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/errdefs"
@@ -29,6 +30,14 @@ type Exec struct {
 	// exec created and each runs a process, and a Delete during a Start deletes an exec that
 	// is about to run. Kill does not take it.
 	ops sync.Mutex
+
+	failed bool // guarded by mu: Start failed; the exec stays created and cannot run
+	// pidfd names the process for Kill from the moment its pid is read until its exit is
+	// recorded: a pid alone may name another process once this one was reaped. -1 when there
+	// is none: before Start, after the exit, or on a kernel without pidfd_open (then the pid
+	// is signalled, as containerd's runc shim always does). Guarded by mu.
+	pidfd int
+	gone  bool // guarded by mu: the process has been reaped; nothing is to be signalled
 }
 
 // NewExec prepares an exec process in the container; Start runs it. Execs are refused once
@@ -37,14 +46,48 @@ func (p *Init) NewExec(execID string, spec *specs.Process, cfg stdio.Config) (*E
 	if spec == nil || len(spec.Args) == 0 {
 		return nil, fmt.Errorf("exec %s: the process spec has no args: %w", execID, errdefs.ErrInvalidArgument)
 	}
-	if st := p.Status(); st != task.Status_RUNNING {
+	// A created container's init waits in runc init with its namespaces set up: runc exec can
+	// join them, and containerd's runc shim allows it.
+	if st := p.Status(); st != task.Status_RUNNING && st != task.Status_CREATED {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return nil, p.stateError("exec")
 	}
-	e := &Exec{base: newBase(execID, cfg), parent: p, spec: spec}
+	// The request decides the terminal, not the spec: containerd's client sends the
+	// container's own process spec for `cio.WithTerminal`, and runc refuses a console socket
+	// for a process spec without one. A copy, as the caller's spec is not ours to change.
+	own := *spec
+	own.Terminal = cfg.Terminal
+	e := &Exec{base: newBase(execID, cfg), parent: p, spec: &own, pidfd: -1}
 	e.status = task.Status_CREATED
 	return e, nil
+}
+
+// Status is the exec's state, or the container's while the container is paused or pausing:
+// every process of a frozen cgroup is frozen, and containerd's runc shim reports it so.
+func (e *Exec) Status() task.Status {
+	switch st := e.parent.Status(); st {
+	case task.Status_PAUSED, task.Status_PAUSING:
+		return st
+	}
+	return e.base.Status()
+}
+
+// SetExited lets go of the pidfd, then records the exit: from here on nothing may be
+// signalled, and a Wait that returns finds the pidfd already closed.
+func (e *Exec) SetExited(status int, at time.Time) {
+	e.mu.Lock()
+	e.closePidfd()
+	e.gone = true
+	e.mu.Unlock()
+	e.base.SetExited(status, at)
+}
+
+func (e *Exec) closePidfd() {
+	if e.pidfd >= 0 {
+		unix.Close(e.pidfd)
+		e.pidfd = -1
+	}
 }
 
 // Start runs runc exec --detach and records the pid. The process may exit before Start
@@ -53,12 +96,24 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	e.ops.Lock()
 	defer e.ops.Unlock()
 	e.mu.Lock()
+	if e.failed {
+		e.mu.Unlock()
+		return fmt.Errorf("start: exec %s failed to start before: %w", e.id, errdefs.ErrFailedPrecondition)
+	}
 	if e.status != task.Status_CREATED {
 		err := e.stateError("start")
 		e.mu.Unlock()
 		return err
 	}
 	e.mu.Unlock()
+	defer func() {
+		if err != nil {
+			e.mu.Lock()
+			e.failed = true
+			e.release()
+			e.mu.Unlock()
+		}
+	}()
 	p := e.parent
 	// Not <id>.pid: exec ids are the caller's to choose, and "init" or "shim" would replace the
 	// bundle's init.pid or shim.pid, which the delete action and containerd read once the shim
@@ -98,8 +153,20 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("read exec pid: %w", err)
 	}
+	// From here on the pid cannot name a newer process. One that exited and was reaped already
+	// gives ESRCH, unless its pid was taken again in the moment since runc exec returned: that
+	// moment is what is left of the reference's window, which lasts as long as the exec.
+	fd, ferr := unix.PidfdOpen(pid, 0)
 	e.mu.Lock()
 	e.pid = pid
+	switch {
+	case ferr == nil && e.exit == nil:
+		e.pidfd = fd
+	case ferr == nil:
+		unix.Close(fd)
+	case errors.Is(ferr, unix.ESRCH):
+		e.gone = true
+	}
 	if e.status == task.Status_CREATED {
 		e.status = task.Status_RUNNING
 	}
@@ -120,10 +187,19 @@ func (e *Exec) Kill(ctx context.Context, signal uint32) error {
 		return e.finished("kill")
 	}
 	// Recording the exit takes mu, so a process marked running here has not been recorded as
-	// exited. It may just have been reaped, though, and its pid reused in the moment between
-	// the two: containerd's runc shim has the same window. A pidfd held from the start would
-	// close it; runc exec gives only the pid.
-	if err := unix.Kill(e.pid, unix.Signal(signal)); err != nil {
+	// exited. It may have been reaped already, though, and its pid reused: containerd's runc
+	// shim signals the pid and has that window. The pidfd, opened before the exit could be
+	// claimed, names this process and no other.
+	var err error
+	switch {
+	case e.gone:
+		err = unix.ESRCH
+	case e.pidfd >= 0:
+		err = unix.PidfdSendSignal(e.pidfd, unix.Signal(signal), nil, 0)
+	default:
+		err = unix.Kill(e.pid, unix.Signal(signal))
+	}
+	if err != nil {
 		// Only a process that is gone is NotFound: callers read it as "stop trying".
 		switch {
 		case errors.Is(err, unix.ESRCH):
@@ -148,6 +224,7 @@ func (e *Exec) Delete(ctx context.Context) error {
 		return err
 	}
 	e.status = deleted
+	e.closePidfd()
 	e.mu.Unlock()
 	e.closeIO()
 	return nil

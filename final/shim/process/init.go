@@ -368,11 +368,13 @@ func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
 // Kill signals the container's init, or with all every process in it.
 func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
 	p.mu.Lock()
-	switch p.status {
-	case deleted, task.Status_STOPPED:
+	switch {
+	case p.status == deleted, p.status == task.Status_STOPPED && !all:
 		p.mu.Unlock()
 		return p.finished("kill")
 	}
+	// With all, a stopped init may have left processes behind in a PID namespace or cgroup
+	// it did not own: they are still the container's to kill.
 	p.mu.Unlock()
 	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {
 		return p.killError(err)

@@ -36,7 +36,8 @@ type base struct {
 	pid     int           // guarded by mu
 	status  task.Status   // guarded by mu
 	exit    *Exit         // guarded by mu; set once, by SetExited
-	done    chan struct{} // closed by SetExited
+	done    chan struct{} // closed by SetExited, or by release for a process that never ran
+	closed  bool          // guarded by mu; done is closed
 	io      streams       // guarded by mu
 	console *stdio.Console
 }
@@ -90,14 +91,32 @@ func (p *base) SetExited(status int, at time.Time) {
 		// The copy ends with the process, not with the last holder of its terminal.
 		p.console.Shutdown()
 	}
-	close(p.done)
+	p.closeDone()
 }
 
-// Wait blocks until the process has exited, or ctx ends.
+// release wakes every Wait of a process that will never run, leaving it without an exit: a
+// caller whose Start failed has stopped waiting, but a Wait sent alongside it (CRI's ExecSync
+// sends both) must not be left to its deadline. Call with mu held.
+func (p *base) release() {
+	p.closeDone()
+}
+
+func (p *base) closeDone() {
+	if !p.closed {
+		p.closed = true
+		close(p.done)
+	}
+}
+
+// Wait blocks until the process has exited, or ctx ends. A process that never ran reports
+// status 0 at the zero time, as containerd's runc shim does.
 func (p *base) Wait(ctx context.Context) (Exit, error) {
 	select {
 	case <-p.done:
-		return *p.Exited(), nil
+		if x := p.Exited(); x != nil {
+			return *x, nil
+		}
+		return Exit{}, nil
 	case <-ctx.Done():
 		return Exit{}, ctx.Err()
 	}

@@ -5,7 +5,8 @@
 // It also turns reaped pids into process exits, in the order containerd needs them.
 //
 // It mirrors containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go (the RPCs, preStart and
-// handleStarted for early exits, processExits, handleProcessExit with its pending execs) and
+// handleStarted for early exits, processExits, handleInitExit with its pending execs and the
+// kill of what an init without its own PID namespace leaves, handleProcessExit) and
 // runc/container.go (a container with its init and execs). One service serves every container
 // of a shim, so that containers grouped into one shim share it.
 package task

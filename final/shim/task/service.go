@@ -52,18 +52,27 @@ type Config struct {
 type Service struct {
 	cfg Config
 
-	// mu guards the maps below and orders exits against starts: exit handling takes it, so an
-	// exit is never processed half-way through the bookkeeping of a start.
+	// mu guards the maps below and orders exits against the bookkeeping of creates and
+	// starts: exit handling takes it. It is not held while runc runs, so a Delete or a Kill
+	// can come in the middle of a Start; the processes' own ops locks order those.
 	mu         sync.Mutex
 	containers map[string]*container
 	creating   map[string]chan struct{} // ids whose Create is in flight; closed when it has ended
 	// shutdownAsked is a Shutdown that came while the only task's Create was in flight: it
 	// takes effect if that Create leaves nothing.
 	shutdownAsked bool
-	running       map[int]running       // pid -> the process whose exit is still to come
-	starting      map[int][]reaper.Exit // exits held while that pid's Start is in flight
-	execStarts    int                   // exec Starts and restores in flight: their pids are not known yet
-	unclaimed     []reaper.Exit         // exits of unknown pids while execStarts > 0
+	running       map[int]running    // pid -> the process whose exit is still to come
+	starting      map[int]*heldExits // init pid -> its Starts in flight and the exits they hold
+	pidless       int                // Creates, exec Starts and restores in flight: their pids are not known yet
+	unclaimed     []reaper.Exit      // exits of unknown pids while pidless > 0
+	orphaned      []*container       // inits exited, what is left of them to kill once mu is released
+}
+
+// heldExits are the exits of an init reaped while Starts of it are in flight: each Start
+// counts itself in, and the last one out handles them, after its TaskStart.
+type heldExits struct {
+	starts int
+	exits  []reaper.Exit
 }
 
 // container is one container: its init and its execs.
@@ -71,10 +80,13 @@ type container struct {
 	id    string
 	init  *process.Init
 	execs map[string]*process.Exec
-	// runningExecs counts execs whose exit is still to come. The init's TaskExit waits for
-	// them: containerd expects a container's exec exits before its init's.
-	runningExecs    int
-	pendingInitExit *reaper.Exit
+	// runningExecs counts execs whose exit is still to come, and exec Starts in flight. The
+	// init's TaskExit waits for them: containerd expects a container's exec exits before its
+	// init's, and an exec whose runc exec is under way may yet run.
+	runningExecs int
+	initExit     *reaper.Exit // the init's exit, once reaped; its TaskExit may be still to come
+	killing      bool         // what the init left behind is being killed; its TaskExit waits
+	exitSent     bool         // the init's TaskExit is out
 }
 
 // running is a process whose exit is still to come.
@@ -92,7 +104,54 @@ func New(cfg Config) *Service {
 		containers: map[string]*container{},
 		creating:   map[string]chan struct{}{},
 		running:    map[int]running{},
-		starting:   map[int][]reaper.Exit{},
+		starting:   map[int]*heldExits{},
+	}
+}
+
+// unlock releases mu, then kills what the inits that exited meanwhile left behind: runc kill
+// is too slow to run under mu, and the kill must come before their TaskExit.
+func (s *Service) unlock() {
+	orphaned := s.orphaned
+	s.orphaned = nil
+	s.mu.Unlock()
+	for _, c := range orphaned {
+		s.killOrphans(c)
+	}
+}
+
+// killOrphans kills what is left in c once its init has exited, unless the init took it down
+// with its PID namespace, and then lets the init's TaskExit go.
+func (s *Service) killOrphans(c *container) {
+	if process.KillAllOnExit(c.init.Bundle) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := c.init.KillAll(ctx); err != nil && !errdefs.IsNotFound(err) {
+			s.cfg.Log.Error("kill what the init left", "id", c.id, "err", err)
+		}
+		cancel()
+	}
+	s.mu.Lock()
+	c.killing = false
+	s.finishInit(c)
+	s.unlock()
+}
+
+// claim handles the exit of pid if it was reaped while its pid was not known yet. Call with
+// mu held.
+func (s *Service) claim(pid int) {
+	for i, x := range s.unclaimed {
+		if x.Pid == pid {
+			s.unclaimed = append(s.unclaimed[:i], s.unclaimed[i+1:]...)
+			s.handleExit(x)
+			return
+		}
+	}
+}
+
+// pidKnown ends one Create or exec Start in flight. Call with mu held.
+func (s *Service) pidKnown() {
+	s.pidless--
+	if s.pidless == 0 {
+		s.unclaimed = nil // whatever is left was an orphan the shim adopted
 	}
 }
 
@@ -163,11 +222,15 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}
 	done := make(chan struct{})
 	s.creating[r.ID] = done
+	// runc create returns after the init is there; it may be killed and reaped before its pid
+	// is read (containerd issue 9103), and that exit must reach it.
+	s.pidless++
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.creating, r.ID)
 		close(done)
+		s.pidKnown()
 		// A Create whose caller went away (containerd killed mid-call) has been undone. If that
 		// leaves this shim nothing to serve, nobody may ever ask it to go: containerd 1.6 does
 		// not end a task-less shim it finds after a restart. It goes by itself, and a restarted
@@ -186,7 +249,7 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 				s.cfg.Shutdown()
 			}
 		}
-		s.mu.Unlock()
+		s.unlock()
 	}()
 
 	// Before anything is written to the bundle: through a symlink it would land elsewhere.
@@ -228,9 +291,8 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
 	s.mu.Lock()
 	s.containers[r.ID] = c
-	// From here an exit of this pid is the container's: runc init waits for runc start, so
-	// nothing of it can have exited unseen before this point. A container to be restored has
-	// no process before Start.
+	// From here an exit of this pid is the container's; one reaped before is claimed, after
+	// TaskCreate. A container to be restored has no process before Start.
 	if pid := p.Pid(); pid > 0 {
 		s.running[pid] = running{c: c}
 	}
@@ -238,7 +300,8 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(p.Pid()), Checkpoint: r.Checkpoint,
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
 	})
-	s.mu.Unlock()
+	s.claim(p.Pid())
+	s.mu.Unlock() // the deferred unlock kills what a claimed exit left behind
 	s.cfg.Log.Info("created", "id", r.ID, "pid", p.Pid())
 	return &taskapi.CreateTaskResponse{Pid: uint32(p.Pid())}, nil
 }
@@ -263,18 +326,26 @@ func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartRe
 	}
 	pid := c.init.Pid()
 	s.mu.Lock()
-	s.starting[pid] = nil
+	// A second Start of the same init must not drop what the first holds.
+	held := s.starting[pid]
+	if held == nil {
+		held = &heldExits{}
+		s.starting[pid] = held
+	}
+	held.starts++
 	s.mu.Unlock()
 	err := c.init.Start(ctx)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if err == nil {
 		s.cfg.Events.Publish(events.TopicStart, &eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(pid)})
 	}
-	held := s.starting[pid]
-	delete(s.starting, pid)
-	for _, x := range held {
-		s.handleExit(x)
+	held.starts--
+	if held.starts == 0 {
+		delete(s.starting, pid)
+		for _, x := range held.exits {
+			s.handleExit(x)
+		}
 	}
 	if err != nil {
 		return nil, rpcError(err)
@@ -287,17 +358,12 @@ func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartRe
 // been reaped: its exit is among those of unknown pids kept while such starts are in flight.
 func (s *Service) restoreInit(ctx context.Context, c *container) (*taskapi.StartResponse, error) {
 	s.mu.Lock()
-	s.execStarts++
+	s.pidless++
 	s.mu.Unlock()
 	err := c.init.Start(ctx)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.execStarts--
-	defer func() {
-		if s.execStarts == 0 {
-			s.unclaimed = nil
-		}
-	}()
+	defer s.unlock()
+	defer s.pidKnown() // after the claim: the last one out drops what nobody claimed
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -309,45 +375,42 @@ func (s *Service) restoreInit(ctx context.Context, c *container) (*taskapi.Start
 	}
 	s.running[pid] = running{c: c}
 	s.cfg.Events.Publish(events.TopicStart, &eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(pid)})
-	for i, x := range s.unclaimed {
-		if x.Pid == pid {
-			s.unclaimed = append(s.unclaimed[:i], s.unclaimed[i+1:]...)
-			s.handleExit(x)
-			break
-		}
-	}
+	s.claim(pid)
 	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
 }
 
 // startExec runs an exec. Its pid is known only once runc exec returns, and by then the process
 // may have exited and been reaped: exits of unknown pids are kept while exec starts are in
 // flight, and claimed here.
+//
+// The Start counts as a running exec from the first moment (containerd issue 10589): an init
+// that exits meanwhile has its TaskExit held until the Start has resolved, and a Start that
+// comes after that exit is refused, though the exec itself could still be added.
 func (s *Service) startExec(ctx context.Context, c *container, e *process.Exec) (*taskapi.StartResponse, error) {
 	s.mu.Lock()
-	s.execStarts++
+	if c.initExit != nil {
+		s.mu.Unlock()
+		return nil, rpcError(fmt.Errorf("start exec %s: the init of task %s is not running: %w", e.ID(), c.id, errdefs.ErrFailedPrecondition))
+	}
+	c.runningExecs++
+	s.pidless++
 	s.mu.Unlock()
 	err := e.Start(ctx)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.execStarts--
-	defer func() {
-		if s.execStarts == 0 {
-			s.unclaimed = nil // whatever is left was an orphan the shim adopted
-		}
-	}()
+	defer s.unlock()
+	defer s.pidKnown() // after the claim: the last one out drops what nobody claimed
 	if err != nil {
+		c.runningExecs--
+		s.finishInit(c)
 		return nil, rpcError(err)
 	}
 	pid := e.Pid()
 	s.cfg.Events.Publish(events.TopicExecStarted, &eventstypes.TaskExecStarted{ContainerID: c.id, ExecID: e.ID(), Pid: uint32(pid)})
-	c.runningExecs++
 	s.running[pid] = running{c: c, exec: e}
-	for i, x := range s.unclaimed {
-		if x.Pid == pid {
-			s.unclaimed = append(s.unclaimed[:i], s.unclaimed[i+1:]...)
-			s.handleExit(x)
-			break
-		}
+	s.claim(pid)
+	if c.initExit != nil {
+		// It got in after the init had gone: it must not hold the init's exit for good.
+		_ = e.Kill(context.Background(), 9)
 	}
 	return &taskapi.StartResponse{Pid: uint32(pid)}, nil
 }
@@ -362,12 +425,12 @@ func (s *Service) HandleExits(ctx context.Context, q *reaper.Queue) {
 		}
 		for _, x := range q.Take() {
 			s.mu.Lock()
-			if held, ok := s.starting[x.Pid]; ok {
-				s.starting[x.Pid] = append(held, x)
+			if held := s.starting[x.Pid]; held != nil {
+				held.exits = append(held.exits, x)
 			} else {
 				s.handleExit(x)
 			}
-			s.mu.Unlock()
+			s.unlock()
 		}
 	}
 }
@@ -376,7 +439,7 @@ func (s *Service) HandleExits(ctx context.Context, q *reaper.Queue) {
 func (s *Service) handleExit(x reaper.Exit) {
 	r, ok := s.running[x.Pid]
 	if !ok {
-		if s.execStarts > 0 {
+		if s.pidless > 0 {
 			s.unclaimed = append(s.unclaimed, x)
 		}
 		return
@@ -387,25 +450,27 @@ func (s *Service) handleExit(x reaper.Exit) {
 		s.publishOOM(c)
 		s.exited(c, r.exec.ID(), x, r.exec.SetExited)
 		c.runningExecs--
-		if c.runningExecs == 0 && c.pendingInitExit != nil {
-			pending := *c.pendingInitExit
-			c.pendingInitExit = nil
-			s.initExited(c, pending)
-		}
+		s.finishInit(c)
 		return
 	}
-	if c.runningExecs > 0 {
-		// The execs die with the init's pid namespace; their exits come first. Make sure of it
-		// for execs that do not share that fate.
-		c.pendingInitExit = &x
-		for _, e := range c.execs {
-			if e.Status() == task.Status_RUNNING {
-				_ = e.Kill(context.Background(), 9)
-			}
-		}
+	c.initExit = &x
+	// Its TaskExit waits for what it leaves: processes in a PID namespace it did not own, to be
+	// killed once mu is released, and execs, whose exits containerd expects first. Execs die
+	// with the init's PID namespace; the kill is for those that do not share that fate.
+	c.killing = true
+	s.orphaned = append(s.orphaned, c)
+	for _, e := range c.execs {
+		_ = e.Kill(context.Background(), 9) // refused for an exec that is not running
+	}
+}
+
+// finishInit sends the init's TaskExit once nothing holds it any more. Call with mu held.
+func (s *Service) finishInit(c *container) {
+	if c.initExit == nil || c.exitSent || c.killing || c.runningExecs > 0 {
 		return
 	}
-	s.initExited(c, x)
+	c.exitSent = true
+	s.initExited(c, *c.initExit)
 }
 
 func (s *Service) initExited(c *container, x reaper.Exit) {
@@ -462,7 +527,12 @@ func (s *Service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		s.mu.Lock()
 		delete(c.execs, e.ID())
 		s.mu.Unlock()
-		return deleteResponse(e.Pid(), e.Exited()), nil
+		if x := e.Exited(); x != nil {
+			return deleteResponse(e.Pid(), x), nil
+		}
+		// Never ran: nothing was killed, and containerd and its clients expect status 0 (and
+		// the zero time) for an exec that was added and never started, or failed to start.
+		return &taskapi.DeleteResponse{Pid: uint32(e.Pid()), ExitedAt: timestamppb.New(time.Time{})}, nil
 	}
 	p := c.init
 	s.mu.Lock()
