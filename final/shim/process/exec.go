@@ -128,13 +128,20 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		e.console, e.io, opts.ConsoleSocket = c, c, c.Socket()
+		opts.ConsoleSocket = c.Socket()
+		// Under mu: a ResizePty or the exit's record may read them while runc exec runs.
+		e.mu.Lock()
+		e.console, e.io = c, c
+		e.mu.Unlock()
 	} else {
 		pipes, err := stdio.Open(e.stdio, e.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
 		if err != nil {
 			return err
 		}
-		e.io, opts.IO = pipes, pipes
+		opts.IO = pipes
+		e.mu.Lock()
+		e.io = pipes
+		e.mu.Unlock()
 	}
 	defer func() {
 		if err != nil {

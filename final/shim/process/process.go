@@ -136,10 +136,13 @@ func (p *base) CloseIO() error {
 // resize, which is no error: containerd's shim answers so, and clients resize whatever they
 // attach to.
 func (p *base) Resize(width, height uint32) error {
-	if p.console == nil {
+	p.mu.Lock()
+	c := p.console
+	p.mu.Unlock()
+	if c == nil {
 		return nil
 	}
-	return p.console.Resize(width, height)
+	return c.Resize(width, height)
 }
 
 // closeIO waits, at most a few seconds, for the output to be delivered, then closes the streams.
