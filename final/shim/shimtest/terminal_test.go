@@ -253,3 +253,54 @@ func TestResizeExitedExec(t *testing.T) {
 		expectCode(t, "ResizePty of exited exec "+execID, err, codes.FailedPrecondition)
 	}
 }
+
+// TestTerminalClosedAtEndOfInput: CloseIO on a process with a terminal, once its client has
+// closed the stdin FIFO, closes the terminal, as containerd's shim does: the shell waiting for
+// its next line is hung up and exits, where it would otherwise wait for a ^D nobody sends (a
+// kubectl exec -it whose client went away).
+func TestTerminalClosedAtEndOfInput(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "tty-eoi", testkit.TaskOptions{Args: []string{"sleep", "600"}, NullIO: true})
+	k.Run()
+	data, err := json.Marshal(specs.Process{
+		Terminal: true, Args: []string{"/bin/sh", "-c", `read line; echo "got $line"; read more; echo "never $more"`}, Cwd: "/",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifos, err := k.D.NewFIFOs(k.ID+"-sh", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fifos.Remove() })
+	fifos.Stderr = ""
+	out := &testkit.Buffer{}
+	a, err := fifos.Attach(context.Background(), strings.NewReader("hello\n"), out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, err := k.Conn.Task.Exec(rpcCtx(t, 10*time.Second), &taskapi.ExecProcessRequest{
+		ID: k.ID, ExecID: "sh", Terminal: true, Stdin: fifos.Stdin, Stdout: fifos.Stdout,
+		Spec: &anypb.Any{TypeUrl: "types.containerd.io/opencontainers/runtime-spec/1/Process", Value: data},
+	}); err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if _, err := k.Conn.Task.Start(rpcCtx(t, 10*time.Second), &taskapi.StartRequest{ID: k.ID, ExecID: "sh"}); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the shell never read its first line", func() bool {
+		return strings.Contains(out.String(), "got hello")
+	})
+	if _, err := k.Conn.Task.CloseIO(rpcCtx(t, 10*time.Second), &taskapi.CloseIORequest{ID: k.ID, ExecID: "sh", Stdin: true}); err != nil {
+		t.Fatalf("CloseIO: %v", err)
+	}
+	w, err := k.Conn.Task.Wait(rpcCtx(t, 20*time.Second), &taskapi.WaitRequest{ID: k.ID, ExecID: "sh"})
+	if err != nil {
+		t.Fatalf("the shell was not hung up at the end of its input: Wait: %v (the terminal showed %q)", err, out.String())
+	}
+	if strings.Contains(out.String(), "never") {
+		t.Errorf("the shell read a line after the end of input: %q (exit %d)", out.String(), w.ExitStatus)
+	}
+}

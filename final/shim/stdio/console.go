@@ -183,7 +183,13 @@ func (c *Console) Attach() error {
 		go func() {
 			// Owned by c: ends at EOF, once CloseIO closed the shim's writer and no client
 			// holds one, or when Close closes the FIFO or the master.
-			_ = copyWhenReady(master, in)
+			if err := copyWhenReady(master, in); err == nil {
+				// The end of input closes the terminal, as containerd's shim does (CopyConsole):
+				// the process's session is hung up. On a terminal, end of input is otherwise a
+				// ^D that nobody will type once the client has gone (a kubectl exec -it whose
+				// client went away), and the process would wait for it for good.
+				_ = c.closeMaster()
+			}
 		}()
 	}
 	return nil
@@ -201,8 +207,8 @@ func (c *Console) Resize(width, height uint32) error {
 }
 
 // CloseStdin ends the input copied into the terminal (the CloseIO RPC): it closes the shim's
-// writer of the stdin FIFO, and the copy ends once the clients have closed theirs. The terminal
-// stays: on a terminal, end of input is a character (^D), not a closed descriptor.
+// writer of the stdin FIFO; once the clients have closed theirs, the copy ends and closes the
+// terminal (see Attach).
 func (c *Console) CloseStdin() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
