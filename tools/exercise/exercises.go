@@ -38,11 +38,23 @@ type Exercise struct {
 	// Page is the Markdown file, relative to the repository root, that holds the exercise's
 	// heading; empty means steps/<Step>/README.md.
 	Page string
-	// Lib (Build only), when set, is a package of the repository, such as "final/driver", whose
-	// functions Funcs names instead of the step's. The copy holds that package's files, and Check
-	// runs in the step with the copy laid over the package (go test -overlay): the step's own
-	// tests then drive the learner's version of the library, and nothing in the repository changes.
+	// Lib, when set, is a package of the repository, such as "final/driver", whose functions
+	// Funcs names (Build) or whose file Edit changes (Break) instead of the step's. The copy
+	// holds that package's files, and Check runs with the copy laid over the package (go test
+	// -overlay, and GOFLAGS for the binaries the tests build): the tests then drive the
+	// learner's version of the library, and nothing in the repository changes.
 	Lib string
+	// Tests, when set, is the package, relative to the repository root, whose tests hold Check,
+	// such as "final/shim/shimtest" for an exercise on the final shim; empty means the step's.
+	Tests string
+}
+
+// testDir is the package, relative to the repository root, whose tests hold the check.
+func (ex Exercise) testDir() string {
+	if ex.Tests != "" {
+		return ex.Tests
+	}
+	return "steps/" + ex.Step
 }
 
 // page is the Markdown file, relative to the repository root, holding the exercise's heading.
