@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/api/types/task"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
@@ -266,14 +268,24 @@ func withoutPIDNamespace(t *testing.T, bundle string) {
 // TestExecExitComesFirstWithoutPIDNamespace: an init without a PID namespace of its own leaves
 // its execs running when it dies, so the kernel does not put their exits first. The shim does:
 // it holds the init's exit, ends the execs, and publishes their TaskExit before the init's.
+// runc kill fails throughout, so that a runc kill --all of what the init left cannot stand in
+// for the shim's own kill of its execs, and the init is killed as the OOM killer would.
 func TestExecExitComesFirstWithoutPIDNamespace(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
 	events := testkit.Events(t, d)
+	runc := testkit.NewFaultyRunc(t)
 	k := testkit.NewTask(t, d, "order-hostpid", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
 	withoutPIDNamespace(t, k.Bundle)
-	initPid := k.Run()
+	req := k.CreateRequest()
+	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
 	svc := k.Conn.Task
+	created, err := svc.Create(k.Ctx(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initPid := int(created.Pid)
+	k.Start()
 	if _, err := svc.Exec(k.Ctx(), &taskapi.ExecProcessRequest{ID: k.ID, ExecID: "long", Spec: execSpec(t, "sleep", "100")}); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +293,9 @@ func TestExecExitComesFirstWithoutPIDNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Kill(k.Ctx(), &taskapi.KillRequest{ID: k.ID, Signal: 9}); err != nil {
+	runc.Set(t, "kill", testkit.Fail)
+	t.Cleanup(func() { runc.Clear(t, "kill") }) // before the task's own cleanup kills it
+	if err := syscall.Kill(initPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing but the shim ends the exec: an init's TaskExit published first is never followed
