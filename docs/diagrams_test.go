@@ -50,6 +50,54 @@ until [ -e "$SHIMCTL_STATE/$NAMESPACE/demo/exit.json" ]; do sleep 0.05; done
 $SHIMCTL task state demo
 $SHIMCTL task delete demo
 kill $listener; wait $listener`},
+	// The final shim's mechanisms, for docs/07-final.md, each with a `shimctl events` that
+	// listens throughout, as containerd does. 07-exec: the exec's exit is published before the
+	// init's. 07-group: two tasks of one group get one shim. 07-terminal: run -t
+	// needs a terminal on shimctl's side, which script(1) provides, at a size run sends with
+	// ResizePty. 07-log: the output goes to a file:// log URI. 07-cgroups: Update and Stats.
+	"07-exec": {"", `$SHIMCTL events >/dev/null 2>&1 &
+listener=$!
+until [ -S "$SHIMCTL_STATE/events.sock" ]; do sleep 0.05; done
+$SHIMCTL run -d demo -- sleep 100
+$SHIMCTL task exec -d --exec-id bg demo -- sleep 100
+$SHIMCTL task kill -s KILL demo
+$SHIMCTL task wait demo
+$SHIMCTL task delete demo
+kill $listener; wait $listener`},
+	"07-group": {"", `$SHIMCTL events >/dev/null 2>&1 &
+listener=$!
+until [ -S "$SHIMCTL_STATE/events.sock" ]; do sleep 0.05; done
+for id in a b; do
+  mkdir -p "$SHIMCTL_STATE/$NAMESPACE/$id"
+  echo '{"annotations": {"io.containerd.shimwalk.v2.group": "pod-1"}}' >"$SHIMCTL_STATE/$NAMESPACE/$id/config.json"
+  $SHIMCTL shim start $id
+done
+$SHIMCTL shim shutdown a
+$SHIMCTL shim delete a
+$SHIMCTL shim delete b
+kill $listener; wait $listener`},
+	"07-terminal": {"", `$SHIMCTL events >/dev/null 2>&1 &
+listener=$!
+until [ -S "$SHIMCTL_STATE/events.sock" ]; do sleep 0.05; done
+script -qec "stty rows 30 cols 100; $SHIMCTL run -t --rm demo -- stty size" /dev/null </dev/null
+kill $listener; wait $listener`},
+	"07-log": {"", `$SHIMCTL events >/dev/null 2>&1 &
+listener=$!
+until [ -S "$SHIMCTL_STATE/events.sock" ]; do sleep 0.05; done
+$SHIMCTL run -d --log "file://$SHIMCTL_STATE/demo.log" demo -- echo to the log
+$SHIMCTL task wait demo
+$SHIMCTL task delete demo
+kill $listener; wait $listener`},
+	"07-cgroups": {"", `$SHIMCTL events >/dev/null 2>&1 &
+listener=$!
+until [ -S "$SHIMCTL_STATE/events.sock" ]; do sleep 0.05; done
+$SHIMCTL run -d demo -- sleep 100
+$SHIMCTL task update --memory 64m demo
+$SHIMCTL task stats demo
+$SHIMCTL task kill -s KILL demo
+$SHIMCTL task wait demo
+$SHIMCTL task delete demo
+kill $listener; wait $listener`},
 }
 
 // draw runs the scenario of name in a sandbox and returns the diagram of its trace.

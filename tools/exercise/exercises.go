@@ -38,11 +38,23 @@ type Exercise struct {
 	// Page is the Markdown file, relative to the repository root, that holds the exercise's
 	// heading; empty means steps/<Step>/README.md.
 	Page string
-	// Lib (Build only), when set, is a package of the repository, such as "final/driver", whose
-	// functions Funcs names instead of the step's. The copy holds that package's files, and Check
-	// runs in the step with the copy laid over the package (go test -overlay): the step's own
-	// tests then drive the learner's version of the library, and nothing in the repository changes.
+	// Lib, when set, is a package of the repository, such as "final/driver", whose functions
+	// Funcs names (Build) or whose file Edit changes (Break) instead of the step's. The copy
+	// holds that package's files, and Check runs with the copy laid over the package (go test
+	// -overlay, and GOFLAGS for the binaries the tests build): the tests then drive the
+	// learner's version of the library, and nothing in the repository changes.
 	Lib string
+	// Tests, when set, is the package, relative to the repository root, whose tests hold Check,
+	// such as "final/shim/shimtest" for an exercise on the final shim; empty means the step's.
+	Tests string
+}
+
+// testDir is the package, relative to the repository root, whose tests hold the check.
+func (ex Exercise) testDir() string {
+	if ex.Tests != "" {
+		return ex.Tests
+	}
+	return "steps/" + ex.Step
 }
 
 // page is the Markdown file, relative to the repository root, holding the exercise's heading.
@@ -438,6 +450,63 @@ var exercises = []Exercise{
 			"remove the bundle and report the exit it returned as DELETED.",
 		Anchor: "exercise-064-write-the-reconnect",
 		Page:   "docs/containerd-side.md",
+	},
+	{
+		// docs/07-final.md heading: "### Exercise 07.1: let the init's exit overtake its execs'"
+		ID:    "07.1",
+		Step:  "07-final",
+		Kind:  Break,
+		Title: "publish the init's TaskExit at once, even while execs still run",
+		Lib:   "final/shim/task",
+		Tests: "final/shim/shimtest",
+		Edit: &Edit{
+			File: "service.go",
+			Old: "\tif c.runningExecs > 0 {\n" +
+				"\t\t// The execs die with the init's pid namespace; their exits come first.",
+			New: "\tif false { // was: if c.runningExecs > 0 {\n" +
+				"\t\t// The execs die with the init's pid namespace; their exits come first.",
+		},
+		Check: "TestExecExitComesFirstWithoutPIDNamespace",
+		Hint: "The container has no PID namespace of its own, so the exec outlives the init. Predict " +
+			"the order of the two TaskExit events, what containerd does with the exec once it has the " +
+			"init's, and why TestExecExitsComeBeforeInitExit, with a PID namespace, may still pass.",
+		Anchor: "exercise-071-let-the-inits-exit-overtake-its-execs",
+		Page:   "docs/07-final.md",
+	},
+	{
+		// docs/07-final.md heading: "### Exercise 07.3: one shim per container, whatever the pod"
+		ID:    "07.3",
+		Step:  "07-final",
+		Kind:  Break,
+		Title: "ignore the group annotation: every container gets a shim of its own",
+		Lib:   "final/shim/bootstrap",
+		Tests: "final/shim/shimtest",
+		Edit: &Edit{
+			File: "start.go",
+			Old:  "\t\t\treturn g, nil\n",
+			New:  "\t\t\treturn f.id, nil // was: return g, nil\n",
+		},
+		Check: "TestGroupSharesOneShim",
+		Hint: "Both containers carry the same group annotation. Predict the addresses the two start " +
+			"actions print, how many shims run, and what the first Shutdown now does.",
+		Anchor: "exercise-073-one-shim-per-container-whatever-the-pod",
+		Page:   "docs/07-final.md",
+	},
+	{
+		// docs/07-final.md heading: "### Exercise 07.4: resize the terminal"
+		ID:    "07.4",
+		Step:  "07-final",
+		Kind:  Build,
+		Title: "write the process side of ResizePty: set the terminal's size, refuse an exited exec",
+		Lib:   "final/shim/process",
+		Tests: "final/shim/shimtest",
+		Funcs: []string{"base.Resize", "Exec.Resize"},
+		Check: "TestResizePtyReachesTheTerminal",
+		Hint: "base.Resize hands the size to the process's console (p.console, a *stdio.Console), and a " +
+			"process without a terminal has nothing to resize, which is no error. Exec.Resize refuses " +
+			"an exec that has stopped (e.stateError) before it does the same.",
+		Anchor: "exercise-074-resize-the-terminal",
+		Page:   "docs/07-final.md",
 	},
 }
 

@@ -90,19 +90,20 @@ func TestExercisesAreConsistent(t *testing.T) {
 				t.Errorf("anchor %q is not a heading anchor starting %q", ex.Anchor, prefix)
 			}
 
-			dir := filepath.Join(root, "steps", ex.Step)
+			dir := filepath.Join(root, filepath.FromSlash(ex.testDir()))
 			if _, err := os.Stat(dir); err != nil {
-				t.Fatalf("step: %v", err)
+				t.Fatalf("tests: %v", err)
 			}
 			funcs, tests := declared(t, dir)
 			if top, _, _ := strings.Cut(ex.Check, "/"); !tests[top] {
-				t.Errorf("check %s: no test function %s in steps/%s", ex.Check, top, ex.Step)
+				t.Errorf("check %s: no test function %s in %s", ex.Check, top, ex.testDir())
 			}
+			if ex.Tests != "" && ex.Lib == "" {
+				t.Errorf("an exercise whose check is outside its step must name the library it changes")
+			}
+			src := filepath.Join(root, filepath.FromSlash(ex.source()))
 			if ex.Lib != "" {
-				if ex.Kind != Build {
-					t.Errorf("only a build exercise may name a library")
-				}
-				funcs, _ = declared(t, filepath.Join(root, filepath.FromSlash(ex.Lib)))
+				funcs, _ = declared(t, src)
 			}
 			if ex.Page != "" && !strings.HasSuffix(ex.Page, ".md") {
 				t.Errorf("page %q is not a Markdown file", ex.Page)
@@ -121,7 +122,7 @@ func TestExercisesAreConsistent(t *testing.T) {
 				if ex.Edit == nil || len(ex.Funcs) != 0 {
 					t.Fatalf("a break exercise has an edit and no functions")
 				}
-				data, err := os.ReadFile(filepath.Join(dir, ex.Edit.File))
+				data, err := os.ReadFile(filepath.Join(src, ex.Edit.File))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -159,7 +160,7 @@ func TestExerciseCopiesCompile(t *testing.T) {
 			if ex.Lib != "" {
 				// The copy brings its own overlay: vet the library through it, and the step that
 				// the check runs with it.
-				vet := exec.Command("go", "vet", "-overlay", filepath.Join(copyDir, overlayFile), "./"+ex.Lib, "./steps/"+ex.Step)
+				vet := exec.Command("go", "vet", "-overlay", filepath.Join(copyDir, overlayFile), "./"+ex.Lib, "./"+ex.testDir())
 				vet.Dir = root
 				if msg, err := vet.CombinedOutput(); err != nil {
 					t.Errorf("go vet of the copy of exercise %s: %v\n%s", ex.ID, err, msg)

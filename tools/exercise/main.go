@@ -135,7 +135,7 @@ func makeExercise(root string, ex Exercise) error {
 	fmt.Printf("Hint: %s\n", ex.Hint)
 	fmt.Printf("Read: %s#%s\n\n", ex.page(), ex.Anchor)
 	if ex.Lib != "" {
-		fmt.Printf("make check runs the tests of steps/%s with %s in place of %s.\n", ex.Step, rel, ex.Lib)
+		fmt.Printf("make check runs the tests of %s with %s in place of %s.\n", ex.testDir(), rel, ex.Lib)
 	}
 	if ex.Kind == Build {
 		fmt.Printf("Fill in the stubs in %s, then run:  make check EX=%s\n", rel, ex.ID)
@@ -164,6 +164,11 @@ func prepare(root string, ex Exercise, dest string) (string, error) {
 		}
 		return did, nil
 	case Break:
+		if ex.Lib != "" {
+			if err := writeOverlay(src, dest); err != nil {
+				return "", fmt.Errorf("exercise %s: %w", ex.ID, err)
+			}
+		}
 		if ex.Edit == nil {
 			return "", fmt.Errorf("exercise %s: a break exercise needs an Edit", ex.ID)
 		}
@@ -287,14 +292,24 @@ func stubDir(dir, stepDir string, ex Exercise) (string, error) {
 }
 
 // testTarget is the end of the go test command line that runs an exercise's check against its
-// copy in dir: the copy itself, or, for a library exercise, the step with the copy laid over the
-// library.
+// copy in dir: the copy itself, or, for a library exercise, the package of its tests with the
+// copy laid over the library.
 func testTarget(root string, ex Exercise, dir string) []string {
 	if ex.Lib != "" {
-		return []string{"-overlay", filepath.Join(dir, overlayFile), "./steps/" + ex.Step}
+		return []string{"-overlay", filepath.Join(dir, overlayFile), "./" + ex.testDir()}
 	}
 	rel, _ := filepath.Rel(root, dir)
 	return []string{"./" + filepath.ToSlash(rel)}
+}
+
+// testEnv is what the go test of an exercise's check adds to the environment. A library
+// exercise's overlay also goes in GOFLAGS: tests that build a binary of the library's users
+// (shimtest builds the final shim with go build) must build the learner's version too.
+func testEnv(ex Exercise, dir string) []string {
+	if ex.Lib == "" {
+		return nil
+	}
+	return []string{"GOFLAGS=-overlay=" + filepath.Join(dir, overlayFile)}
 }
 
 // check runs the exercise's test against its copy and exits as go test does.
@@ -305,6 +320,7 @@ func check(root string, ex Exercise) (int, error) {
 	}
 	cmd := exec.Command("go", append([]string{"test", "-count=1", "-run", "^" + ex.Check + "$"}, testTarget(root, ex, dir)...)...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), testEnv(ex, dir)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	fmt.Fprintln(os.Stderr, strings.Join(cmd.Args, " "))
 	err := cmd.Run()

@@ -41,6 +41,7 @@ type outcome struct {
 type testRun struct {
 	pkg      string   // "./steps/01-bootstrap"
 	args     []string // before pkg: "-overlay FILE" for a library exercise's copy
+	env      []string // added to go test's environment
 	tests    []string // checks whose outcome is wanted
 	result   map[string]string
 	buildErr bool
@@ -69,6 +70,7 @@ func (r *testRun) run(ctx context.Context, root string) {
 	args := append([]string{"test", "-json", "-count=1", "-run", pattern}, r.args...)
 	cmd := exec.CommandContext(ctx, "go", append(args, r.pkg)...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), r.env...)
 	// On interrupt let go test stop its test binary, whose cleanups stop the shims it started.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
@@ -191,13 +193,13 @@ func verify(root string, exs []Exercise, w io.Writer) (int, error) {
 		} else {
 			target := testTarget(root, ex, dest)
 			last := len(target) - 1
-			stubRun[i] = &testRun{pkg: target[last], args: target[:last], tests: []string{ex.Check}}
+			stubRun[i] = &testRun{pkg: target[last], args: target[:last], env: testEnv(ex, dest), tests: []string{ex.Check}}
 			runs = append(runs, stubRun[i])
 		}
-		sr := stepRun[ex.Step]
+		sr := stepRun[ex.testDir()]
 		if sr == nil {
-			sr = &testRun{pkg: "./steps/" + ex.Step}
-			stepRun[ex.Step] = sr
+			sr = &testRun{pkg: "./" + ex.testDir()}
+			stepRun[ex.testDir()] = sr
 			runs = append(runs, sr)
 		}
 		if !slices.Contains(sr.tests, ex.Check) {
@@ -240,10 +242,10 @@ func verify(root string, exs []Exercise, w io.Writer) (int, error) {
 				report(row.ex.ID+" on its copy", r)
 			}
 		}
-		r := stepRun[row.ex.Step]
+		r := stepRun[row.ex.testDir()]
 		row.on = r.outcome(row.ex.Check, "pass")
 		if !row.on.ok {
-			report(row.ex.ID+" on steps/"+row.ex.Step, r)
+			report(row.ex.ID+" on "+row.ex.testDir(), r)
 		}
 		bad = bad || !row.readme.ok || !row.stub.ok || !row.on.ok
 	}

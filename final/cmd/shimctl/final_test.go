@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -305,4 +306,38 @@ func TestSignalDuringStartIsForwarded(t *testing.T) {
 	testkit.WriteExecutable(t, slow, []byte("#!/bin/sh\nrunc \"$@\"\nrc=$?\n"+
 		"case \" $* \" in *\" start \"*) sleep 2;; esac\nexit $rc\n"))
 	s.expectTERMForwarded(t, "sigstart", "--runtime-binary", slow)
+}
+
+// TestRunLogURI: run -d --log sends the URI as the task's stdout and stderr, as containerd
+// sends a log URI, and the shim writes both streams to the file. Without -d there is nowhere
+// for the URI to go beside shimctl's own output, and run refuses before making anything.
+func TestRunLogURI(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	log := filepath.Join(testkit.TempDir(t), "task.log")
+	s.track("logged")
+	r := s.run("run", "-d", "--log", "file://"+log, "--rootfs", testkit.Rootfs(t), "logged", "--", "sh", "-c", "echo out; echo err >&2")
+	if r.Code != 0 {
+		t.Fatalf("run -d --log: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	if r := s.run("task", "wait", "logged"); r.Code != 0 {
+		t.Fatalf("task wait: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	// Delete waits for the copies into the file to end.
+	if r := s.run("task", "delete", "logged"); r.Code != 0 {
+		t.Fatalf("task delete: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+	lines := strings.Fields(readFile(log))
+	if len(lines) != 2 || !slices.Contains(lines, "out") || !slices.Contains(lines, "err") {
+		t.Errorf("the log file holds %q, want the lines out and err", readFile(log))
+	}
+	s.expectNoTask("logged")
+
+	s.track("nolog")
+	r = s.run("run", "--log", "file://"+log, "--rootfs", testkit.Rootfs(t), "nolog", "--", "true")
+	if r.Code != 2 {
+		t.Errorf("run --log without -d: exit %d, want 2", r.Code)
+	}
+	oneLine(t, "run --log without -d", r.Stderr, "--log needs -d")
+	s.expectNoTask("nolog")
 }

@@ -40,6 +40,9 @@ type createOptions struct {
 	// runtimeBinary is sent as containerd.runc.v1.Options{BinaryName}: the shim runs it
 	// instead of runc.
 	runtimeBinary string
+	// log, without fifos, is the URI sent as both Stdout and Stderr, as containerd sends a
+	// container's log URI (ctr run --log-uri): the shim writes to the file or starts the binary.
+	log string
 }
 
 // createTaskWith is createTask with every option.
@@ -77,6 +80,8 @@ func createTaskWith(ctx context.Context, notes io.Writer, d *driver.Driver, id s
 	}
 	if fifos != nil {
 		req.Stdin, req.Stdout, req.Stderr = fifos.Stdin, fifos.Stdout, fifos.Stderr
+	} else if o.log != "" {
+		req.Stdout, req.Stderr = o.log, o.log
 	}
 	resp, err := c.Task.Create(ctx, req)
 	if err != nil {

@@ -37,7 +37,7 @@ func runCommand(g *globals) *cobra.Command {
 	var detach bool
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [-t] [-d] [--rm] [--rootfs DIR] [--runtime-binary RUNC] ID -- CMD [ARG...]",
+		Use:   "run [-t] [-d [--log URI]] [--rm] [--rootfs DIR] [--runtime-binary RUNC] ID -- CMD [ARG...]",
 		Short: "Create and start a task, show its output and exit with its status",
 		Long: `run creates task ID running CMD (as "task create" does), starts it, copies its
 stdout and stderr to shimctl's own through FIFOs, waits for it to exit and exits
@@ -56,13 +56,16 @@ A shim without Wait (steps 03 and 04) is waited for by reading the output to its
 end and then polling State until the task is STOPPED.
 
 With -d, run creates and starts the task with null stdio, prints its pid and
-returns; the task keeps running.
+returns; the task keeps running. --log sends its stdout and stderr to a URI
+instead, as containerd does for a container's log: file:///PATH appends both to
+PATH, binary:///PATH?ARGS runs PATH as a logging binary.
 
 --runtime-binary sends containerd.runc.v1.Options{BinaryName} with Create: the
 shim drives that OCI runtime (crun, for one) instead of runc.`,
 		Example: `  shimctl --shim bin/containerd-shim-step04-v2 run --rm demo -- sh -c 'echo hello; exit 3'; echo $?
   shimctl run -t --rm shell -- sh
   shimctl run -d sleeper -- sleep 1000
+  shimctl run -d --log file:///tmp/logged.txt logged -- sh -c 'echo hi'
   shimctl run --rm --runtime-binary crun demo -- uname -a`,
 		Args: idAndCommand,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,6 +74,9 @@ shim drives that OCI runtime (crun, for one) instead of runc.`,
 			}
 			if detach && o.tty {
 				return usageError{errors.New("run: -d and -t do not go together")}
+			}
+			if o.log != "" && !detach {
+				return usageError{errors.New("run: --log needs -d (without it the output comes to shimctl)")}
 			}
 			d, err := g.launcher()
 			if err != nil {
@@ -89,18 +95,20 @@ shim drives that OCI runtime (crun, for one) instead of runc.`,
 	f.BoolVar(&o.rm, "rm", false, "delete the task and its shim after it exits")
 	f.StringVar(&o.rootfs, "rootfs", "", "root file system directory (default: a busybox rootfs in the state directory)")
 	f.StringVar(&o.runtimeBinary, "runtime-binary", "", "OCI runtime the shim runs instead of runc (sent as runc options' BinaryName)")
+	f.StringVar(&o.log, "log", "", "with -d: send stdout and stderr to URI (file:///PATH or binary:///PATH?ARGS)")
 	return cmd
 }
 
 // runOptions are run's flags.
 type runOptions struct {
 	rootfs, runtimeBinary string
+	log                   string // with -d: the URI stdout and stderr go to
 	rm, tty               bool
 }
 
 func runDetached(cmd *cobra.Command, d *driver.Driver, id string, argv []string, o runOptions) error {
 	ctx := cmd.Context()
-	c, pid, err := createTaskWith(ctx, cmd.ErrOrStderr(), d, id, argv, createOptions{rootfs: o.rootfs, runtimeBinary: o.runtimeBinary})
+	c, pid, err := createTaskWith(ctx, cmd.ErrOrStderr(), d, id, argv, createOptions{rootfs: o.rootfs, runtimeBinary: o.runtimeBinary, log: o.log})
 	if err != nil {
 		return err
 	}

@@ -4,16 +4,21 @@ package shimtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/api/types/task"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
@@ -235,4 +240,79 @@ func TestOneExecStartsOnce(t *testing.T) {
 	}
 	_, err = svc.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID, ExecID: "racy"})
 	expectCode(t, "Delete of a running exec", err, codes.FailedPrecondition)
+}
+
+// withoutPIDNamespace rewrites the spec of bundle so that its processes share the host's PID
+// namespace: the init's exit then takes nothing down with it.
+func withoutPIDNamespace(t *testing.T, bundle string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Linux == nil {
+		t.Fatal("the spec has no linux section")
+	}
+	spec.Linux.Namespaces = slices.DeleteFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+		return ns.Type == specs.PIDNamespace
+	})
+	if err := driver.WriteSpec(bundle, &spec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExecExitComesFirstWithoutPIDNamespace: an init without a PID namespace of its own leaves
+// its execs running when it dies, so the kernel does not put their exits first. The shim does:
+// it holds the init's exit, ends the execs, and publishes their TaskExit before the init's.
+// runc kill fails throughout, so that a runc kill --all of what the init left cannot stand in
+// for the shim's own kill of its execs, and the init is killed as the OOM killer would.
+func TestExecExitComesFirstWithoutPIDNamespace(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	events := testkit.Events(t, d)
+	runc := testkit.NewFaultyRunc(t)
+	k := testkit.NewTask(t, d, "order-hostpid", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	withoutPIDNamespace(t, k.Bundle)
+	req := k.CreateRequest()
+	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
+	svc := k.Conn.Task
+	created, err := svc.Create(k.Ctx(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initPid := int(created.Pid)
+	k.Start()
+	if _, err := svc.Exec(k.Ctx(), &taskapi.ExecProcessRequest{ID: k.ID, ExecID: "long", Spec: execSpec(t, "sleep", "100")}); err != nil {
+		t.Fatal(err)
+	}
+	started, err := svc.Start(k.Ctx(), &taskapi.StartRequest{ID: k.ID, ExecID: "long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runc.Set(t, "kill", testkit.Fail)
+	t.Cleanup(func() { runc.Clear(t, "kill") }) // before the task's own cleanup kills it
+	if err := syscall.Kill(initPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing but the shim ends the exec: an init's TaskExit published first is never followed
+	// by the exec's, so the first exit decides.
+	got := nextEvents(t, events, 0, 5)
+	want := "/tasks/create /tasks/start /tasks/exec-added /tasks/exec-started /tasks/exit"
+	if s := topics(got); s != want {
+		t.Fatalf("events: %s\nwant:   %s", s, want)
+	}
+	if e, _ := got[4].Event.(*eventstypes.TaskExit); e == nil || e.ID != "long" || e.Pid != started.Pid {
+		t.Fatalf("first TaskExit = %v, want the exec's (pid %d) before the init's (pid %d)", got[4].Event, started.Pid, initPid)
+	}
+	last := nextEvents(t, events, 5, 1)
+	if e, _ := last[0].Event.(*eventstypes.TaskExit); e == nil || e.ID != k.ID || e.Pid != uint32(initPid) || e.ExitStatus != 137 {
+		t.Errorf("second TaskExit = %v, want the init's with 137", last[0].Event)
+	}
+	if w := waitExec(t, k, "long"); w.ExitStatus != 137 {
+		t.Errorf("exec exited %d, want 137", w.ExitStatus)
+	}
 }

@@ -304,3 +304,36 @@ func TestTerminalClosedAtEndOfInput(t *testing.T) {
 		t.Errorf("the shell read a line after the end of input: %q (exit %d)", out.String(), w.ExitStatus)
 	}
 }
+
+// TestResizePtyReachesTheTerminal: ResizePty sets the size of the exec's terminal, and the
+// kernel tells the process with SIGWINCH, as it does when a user resizes a window attached
+// with `ctr task exec -t`. The shell waits for that signal, then prints the size it sees.
+func TestResizePtyReachesTheTerminal(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "resize-tty", testkit.TaskOptions{Args: []string{"sleep", "600"}, NullIO: true})
+	k.Run()
+	// wait, unlike a foreground sleep, returns as soon as the trapped signal comes.
+	out, _ := ttyExec(t, k, "tty", "/bin/sh", "-c",
+		`trap 'stty size; exit 0' WINCH; echo ready; while :; do sleep 600 & wait $!; done`)
+	testkit.Eventually(t, 10*time.Second, "the shell never said ready", func() bool {
+		return strings.Contains(out.String(), "ready")
+	})
+	if _, err := k.Conn.Task.ResizePty(rpcCtx(t, 10*time.Second), &taskapi.ResizePtyRequest{ID: k.ID, ExecID: "tty", Width: 123, Height: 45}); err != nil {
+		t.Fatalf("ResizePty: %v", err)
+	}
+	// Without a resize there is no SIGWINCH, and the shell does not exit.
+	if w := waitExec(t, k, "tty"); w.ExitStatus != 0 {
+		t.Errorf("the shell exited %d, want 0", w.ExitStatus)
+	}
+	testkit.Eventually(t, 10*time.Second, "the shell did not print the new size", func() bool {
+		return strings.Contains(out.String(), "45 123")
+	})
+	// The init has no terminal: nothing to resize, and no error, as containerd's shim answers.
+	if _, err := k.Conn.Task.ResizePty(rpcCtx(t, 10*time.Second), &taskapi.ResizePtyRequest{ID: k.ID, Width: 80, Height: 24}); err != nil {
+		t.Errorf("ResizePty of the init without a terminal: %v", err)
+	}
+	// An exec that has exited has no terminal to resize any more.
+	_, err := k.Conn.Task.ResizePty(rpcCtx(t, 10*time.Second), &taskapi.ResizePtyRequest{ID: k.ID, ExecID: "tty", Width: 80, Height: 24})
+	expectCode(t, "ResizePty of the exited exec", err, codes.FailedPrecondition)
+}
