@@ -461,16 +461,40 @@ var exercises = []Exercise{
 		Tests: "final/shim/shimtest",
 		Edit: &Edit{
 			File: "service.go",
-			Old: "\tif c.runningExecs > 0 {\n" +
-				"\t\t// The execs die with the init's pid namespace; their exits come first.",
-			New: "\tif false { // was: if c.runningExecs > 0 {\n" +
-				"\t\t// The execs die with the init's pid namespace; their exits come first.",
+			Old: "\tfor _, e := range c.execs {\n" +
+				"\t\t_ = e.Kill(context.Background(), 9) // refused for an exec that is not running\n" +
+				"\t}\n" +
+				"}\n\n" +
+				"// finishInit sends the init's TaskExit once nothing holds it any more. Call with mu held.\n" +
+				"func (s *Service) finishInit(c *container) {\n" +
+				"\tif c.initExit == nil || c.exitSent || c.killing || c.runningExecs > 0 {\n",
+			New: "}\n\n" +
+				"// finishInit sends the init's TaskExit once nothing holds it any more. Call with mu held.\n" +
+				"func (s *Service) finishInit(c *container) {\n" +
+				"\tif c.initExit == nil || c.exitSent || c.killing { // was: ... || c.runningExecs > 0\n",
 		},
 		Check: "TestExecExitComesFirstWithoutPIDNamespace",
 		Hint: "The container has no PID namespace of its own, so the exec outlives the init. Predict " +
 			"the order of the two TaskExit events, what containerd does with the exec once it has the " +
 			"init's, and why TestExecExitsComeBeforeInitExit, with a PID namespace, may still pass.",
 		Anchor: "exercise-071-let-the-inits-exit-overtake-its-execs",
+		Page:   "docs/07-final.md",
+	},
+	{
+		// docs/07-final.md heading: "### Exercise 07.2: kill what the init leaves"
+		ID:    "07.2",
+		Step:  "07-final",
+		Kind:  Build,
+		Title: "write the kill of what an init without its own PID namespace leaves behind",
+		Lib:   "final/shim/process",
+		Tests: "final/shim/shimtest",
+		Funcs: []string{"KillAllOnExit", "Init.KillAll"},
+		Check: "TestKilledInitTakesItsChildren",
+		Hint: "KillAllOnExit reads the linux.namespaces of config.json in the bundle (readSpec) and " +
+			"answers false only for a pid namespace entry without a path; an unreadable spec gets the " +
+			"kill. KillAll is p.runtime.Kill with SIGKILL and runc.KillOpts{All: true}, its error " +
+			"wrapped through p.killError.",
+		Anchor: "exercise-072-kill-what-the-init-leaves",
 		Page:   "docs/07-final.md",
 	},
 	{
