@@ -376,11 +376,19 @@ func (e *env) testLogURI(t *testing.T) {
 	}
 }
 
-func (e *env) testGroup(t *testing.T) {
+func (e *env) testGroup(t *testing.T) { e.testGroupBy(t, "io.containerd.shimwalk.v2.group") }
+
+// testSandboxGroup groups by the annotation CRI sets on a pod's containers, as containerd's
+// runc shim does.
+func (e *env) testSandboxGroup(t *testing.T) { e.testGroupBy(t, "io.kubernetes.cri.sandbox-id") }
+
+// testGroupBy puts two containers into one shim by the annotation label; the shim serves the
+// second after the first is deleted, and goes with the last.
+func (e *env) testGroupBy(t *testing.T, label string) {
 	e = e.sub(t)
 	a, b := e.id("grp-a"), e.id("grp-b")
 	e.cleanup(a, b)
-	group := "io.containerd.shimwalk.v2.group=" + e.id("pod")
+	group := label + "=" + e.id("pod")
 	for _, id := range []string{a, b} {
 		if r := e.ctr(append(e.runArgs("-d", "--annotation", group), id, "/bin/sleep", "100")...); r.Code != 0 {
 			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)

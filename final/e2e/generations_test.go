@@ -225,41 +225,6 @@ func (e *env) testRestartExit(t *testing.T) {
 	e.noShimLeft(id)
 }
 
-// testSandboxGroup puts two containers into one shim by the annotation CRI sets on a pod's
-// containers, io.kubernetes.cri.sandbox-id, as containerd's runc shim groups them.
-func (e *env) testSandboxGroup(t *testing.T) {
-	e = e.sub(t)
-	a, b := e.id("pod-a"), e.id("pod-b")
-	e.cleanup(a, b)
-	sandbox := "io.kubernetes.cri.sandbox-id=" + e.id("sandbox")
-	for _, id := range []string{a, b} {
-		if r := e.ctr(append(e.runArgs("-d", "--annotation", sandbox), id, "/bin/sleep", "100")...); r.Code != 0 {
-			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
-		}
-	}
-	e.waitStatus(a, "RUNNING")
-	e.waitStatus(b, "RUNNING")
-	shims := e.c.Shims(a)
-	if len(shims) != 1 || len(e.c.Shims(b)) != 0 {
-		t.Fatalf("shims for %s: %v, for %s: %v; want one shim, started for the first", a, shims, b, e.c.Shims(b))
-	}
-	for _, id := range []string{a, b} {
-		pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
-		if p, err := testkit.ProcStat(pid); err != nil || p.PPid != shims[0] {
-			t.Errorf("%s (pid %d) is not a child of the sandbox's shim %d", id, pid, shims[0])
-		}
-	}
-	for _, id := range []string{a, b} {
-		e.ctr("task", "kill", "-s", "KILL", id)
-		e.waitStatus(id, "STOPPED")
-		if r := e.ctr("task", "delete", id); r.Code != 0 {
-			t.Fatalf("ctr task delete %s: %s", id, r.Stderr)
-		}
-		e.ctr("container", "delete", id)
-	}
-	testkit.ExpectGone(t, shims[0], "the sandbox's shim after its last container")
-}
-
 // crunRefusal is what Debian 12's crun 1.8.1 measurably answers to the spec of the containerd
 // releases whose spec version it does not know, by release line: containerd writes the
 // ociVersion of the runtime-spec module it was built with, 1.3.0 for 2.2 and 2.4 (1.1.0 for 1.7,
