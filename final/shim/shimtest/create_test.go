@@ -56,34 +56,41 @@ func TestOptionsRecordedBeforeRuncCreate(t *testing.T) {
 	}
 }
 
-// TestCreateRetryWaitsForUndo: a Create whose caller's deadline passed is undone after the
-// caller has its error. A retry of the same id, as kubelet makes after a timeout, waits for
-// that undo (held here in its runc delete) instead of meeting AlreadyExists from a Create that
-// will leave nothing, and then creates the container.
-func TestCreateRetryWaitsForUndo(t *testing.T) {
-	t.Parallel()
+// createBeingUndone sends a Create of id whose runc create hangs past the caller's deadline,
+// and holds the undo that follows in its runc delete until the test clears it.
+func createBeingUndone(t *testing.T, id string) (*driver.Driver, *testkit.Task, *testkit.FaultyRunc, *taskapi.CreateTaskRequest) {
+	t.Helper()
 	d := testkit.NewDriver(t, shimBinary(t))
 	runc := testkit.NewFaultyRunc(t)
-	const id = "create-retry"
 	k := testkit.NewTask(t, d, id, testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
 	req := k.CreateRequest()
 	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
 	runc.Set(t, "create", testkit.Hang)
 	runc.Set(t, "delete", testkit.Block)
 	t.Cleanup(func() { runc.Clear(t, "create"); runc.Clear(t, "delete") })
-
 	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
 	_, err := k.Conn.Task.Create(ctx, req)
 	cancel()
 	if err == nil {
 		t.Fatal("Create succeeded although runc create hangs")
 	}
+	return d, k, runc, req
+}
+
+// TestCreateRetryWaitsForUndo: a Create whose caller's deadline passed is undone after the
+// caller has its error. A retry of the same id, as kubelet makes after a timeout, waits for
+// that undo (held here in its runc delete) instead of meeting AlreadyExists from a Create that
+// will leave nothing, and then creates the container.
+func TestCreateRetryWaitsForUndo(t *testing.T) {
+	t.Parallel()
+	const id = "create-retry"
+	d, k, runc, req := createBeingUndone(t, id)
 	// The shim killed runc create at the deadline and now undoes it: its runc delete is held.
 	runc.WaitReached(t, "delete", 30*time.Second)
 	runc.Clear(t, "create")
 	// A retry while the undo is held waits for it, to the retry's own deadline.
-	ctx, cancel = context.WithTimeout(context.Background(), rpcDeadline)
-	_, err = k.Conn.Task.Create(ctx, req)
+	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
+	_, err := k.Conn.Task.Create(ctx, req)
 	cancel()
 	// The shim's answer or the caller's own deadline: the two are the same.
 	if driver.Code(err) != codes.DeadlineExceeded && !errors.Is(err, context.DeadlineExceeded) {
@@ -103,22 +110,8 @@ func TestCreateRetryWaitsForUndo(t *testing.T) {
 // would stay, serving nothing): once the undo leaves no task, the shim ends.
 func TestShutdownDuringCreateUndo(t *testing.T) {
 	t.Parallel()
-	d := testkit.NewDriver(t, shimBinary(t))
-	runc := testkit.NewFaultyRunc(t)
 	const id = "create-shutdown"
-	k := testkit.NewTask(t, d, id, testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
-	req := k.CreateRequest()
-	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
-	runc.Set(t, "create", testkit.Hang)
-	runc.Set(t, "delete", testkit.Block)
-	t.Cleanup(func() { runc.Clear(t, "create"); runc.Clear(t, "delete") })
-
-	ctx, cancel := context.WithTimeout(context.Background(), rpcDeadline)
-	_, err := k.Conn.Task.Create(ctx, req)
-	cancel()
-	if err == nil {
-		t.Fatal("Create succeeded although runc create hangs")
-	}
+	_, k, runc, _ := createBeingUndone(t, id)
 	runc.WaitReached(t, "delete", 30*time.Second)
 	if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: id}); driver.Code(err) != codes.NotFound {
 		t.Errorf("Delete after the failed Create: %v, want NotFound", err)
