@@ -446,6 +446,9 @@ func (p *Init) Delete(ctx context.Context) error {
 		p.mu.Unlock()
 		return err
 	}
+	// A container created from a checkpoint and never restored has no process: nothing will
+	// exit to end its Waits or its output.
+	neverRan := p.restore != nil
 	p.mu.Unlock()
 	// A created container's init still waits in runc init: --force kills it.
 	force := status == task.Status_CREATED
@@ -458,7 +461,18 @@ func (p *Init) Delete(ctx context.Context) error {
 	if err != nil && !p.notExist(err) {
 		return p.runtimeError(err, "delete")
 	}
-	p.closeIO()
+	if neverRan {
+		p.mu.Lock()
+		io := p.io
+		p.io = nil
+		p.release()
+		p.mu.Unlock()
+		if io != nil {
+			io.Close()
+		}
+	} else {
+		p.closeIO()
+	}
 	if p.rootfs != "" {
 		if err := UnmountAll(p.rootfs); err != nil {
 			return err

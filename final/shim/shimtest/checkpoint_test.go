@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -196,6 +197,32 @@ func TestRestoreAtStart(t *testing.T) {
 			}
 			finish(t, k, d, k.ID, pid)
 		})
+	}
+}
+
+// TestDeleteOfUnrestoredTask: a task created from a checkpoint and deleted without a Start
+// never had a process. Its Delete answers at once with status 0 at the zero time, as
+// containerd's shim does, not the 137 of a process that had to be killed.
+func TestDeleteOfUnrestoredTask(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	binary, _ := restoringRunc(t, false)
+	k := testkit.NewTask(t, d, "restore-never", testkit.TaskOptions{Args: []string{"sleep", "100"}})
+	req := k.CreateRequest()
+	req.Checkpoint = filepath.Join(testkit.TempDir(t), "images")
+	req.Options = mustAny(t, &options.Options{BinaryName: binary})
+	if _, err := k.Conn.Task.Create(k.Ctx(), req); err != nil {
+		t.Fatalf("Create from a checkpoint: %v", err)
+	}
+	resp, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID})
+	if err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if resp.Pid != 0 || resp.ExitStatus != 0 || !resp.ExitedAt.AsTime().Equal(time.Time{}) {
+		t.Errorf("Delete of a task never restored: pid %d, status %d at %v; want 0, 0 at the zero time", resp.Pid, resp.ExitStatus, resp.ExitedAt.AsTime())
+	}
+	if m := testkit.Mounts(t, k.Bundle); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
 	}
 }
 

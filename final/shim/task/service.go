@@ -557,6 +557,11 @@ func (s *Service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 	delete(s.containers, c.id)
 	delete(s.running, p.Pid())
 	resp := deleteResponse(p.Pid(), p.Exited())
+	if p.Pid() == 0 {
+		// Created from a checkpoint and never restored: as for an exec that never ran,
+		// containerd's shim answers status 0 at the zero time.
+		resp = &taskapi.DeleteResponse{ExitedAt: timestamppb.New(time.Time{})}
+	}
 	s.cfg.Events.Publish(events.TopicDelete, &eventstypes.TaskDelete{
 		ContainerID: c.id, ID: c.id, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt,
 	})
