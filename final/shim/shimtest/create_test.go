@@ -174,3 +174,36 @@ func TestCreateIDMappedRootfs(t *testing.T) {
 	k.WaitStatus(task.Status_RUNNING, 10*time.Second)
 	finish(t, k, d, id, 0)
 }
+
+// TestCreateAfterShutdownIsUndone: containerd sends Shutdown once a Create has failed for it.
+// A Create that runc completes after that is undone rather than served: nobody would ever ask
+// for its task again, nor for the shim to go. The shim then ends, leaving nothing mounted.
+func TestCreateAfterShutdownIsUndone(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	runc := testkit.NewFaultyRunc(t)
+	const id = "create-after-shutdown"
+	k := testkit.NewTask(t, d, id, testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
+	req := k.CreateRequest()
+	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
+	runc.Set(t, "create", testkit.Block)
+	t.Cleanup(func() { runc.Clear(t, "create") })
+	created := make(chan error, 1)
+	go func() {
+		// Owned by the test, which waits for it below.
+		_, err := k.Conn.Task.Create(k.Ctx(), req)
+		created <- err
+	}()
+	runc.WaitReached(t, "create", 30*time.Second)
+	if _, err := k.Conn.Task.Shutdown(k.Ctx(), &taskapi.ShutdownRequest{ID: id}); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	runc.Clear(t, "create")
+	if err := <-created; err == nil {
+		t.Error("a Create that ended after Shutdown was served")
+	}
+	testkit.ExpectGone(t, k.ShimPid, "the shim asked to shut down")
+	if m := testkit.Mounts(t, k.Bundle); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+}

@@ -61,6 +61,7 @@ type Service struct {
 	// shutdownAsked is a Shutdown that came while the only task's Create was in flight: it
 	// takes effect if that Create leaves nothing.
 	shutdownAsked bool
+	stopping      bool               // the shim is going: a Create that comes or ends now finds nobody to serve
 	running       map[int]running    // pid -> the process whose exit is still to come
 	starting      map[int]*heldExits // init pid -> its Starts in flight and the exits they hold
 	pidless       int                // Creates, exec Starts and restores in flight: their pids are not known yet
@@ -200,6 +201,10 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}
 	s.mu.Lock()
 	for {
+		if s.stopping {
+			s.mu.Unlock()
+			return nil, rpcError(fmt.Errorf("task %s: the shim is shutting down: %w", r.ID, errdefs.ErrUnavailable))
+		}
 		if s.containers[r.ID] != nil {
 			s.mu.Unlock()
 			return nil, rpcError(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
@@ -209,9 +214,9 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 			break
 		}
 		// A Create of this id is in flight, or being undone after its caller's deadline passed:
-		// a caller that retries after a timeout (kubelet does) waits for its outcome, as it
-		// would behind the one lock of containerd's runc shim, rather than meet AlreadyExists
-		// from a Create that is about to leave nothing.
+		// a retry waits for its outcome rather than meet AlreadyExists from a Create that is
+		// about to leave nothing. containerd's runc shim holds no lock across runc create, and
+		// lets two Creates of one id race (docs/deploy.md).
 		s.mu.Unlock()
 		select {
 		case <-inFlight:
@@ -243,10 +248,10 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 			switch {
 			case errors.Is(ctx.Err(), context.Canceled):
 				s.cfg.Log.Info("create abandoned by its caller; no task left, shutting down", "id", r.ID)
-				s.cfg.Shutdown()
+				s.stop()
 			case s.shutdownAsked:
 				s.cfg.Log.Info("create undone; shutdown was asked for and no task is left", "id", r.ID)
-				s.cfg.Shutdown()
+				s.stop()
 			}
 		}
 		s.unlock()
@@ -290,6 +295,13 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}
 	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
 	s.mu.Lock()
+	if abandoned := s.stopping || s.shutdownAsked || errors.Is(ctx.Err(), context.Canceled); abandoned {
+		// Its caller gave up on it (went away, or asked the shim to go once the Create had
+		// failed for it): a task added now would be one nobody serves or ever deletes.
+		s.mu.Unlock()
+		s.undoCreate(c)
+		return nil, rpcError(fmt.Errorf("task %s: created after its caller gave up on it: %w", r.ID, errdefs.ErrUnavailable))
+	}
 	s.containers[r.ID] = c
 	// From here an exit of this pid is the container's; one reaped before is claimed, after
 	// TaskCreate. A container to be restored has no process before Start.
@@ -304,6 +316,18 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	s.mu.Unlock() // the deferred unlock kills what a claimed exit left behind
 	s.cfg.Log.Info("created", "id", r.ID, "pid", p.Pid())
 	return &taskapi.CreateTaskResponse{Pid: uint32(p.Pid())}, nil
+}
+
+// undoCreate removes what a Create made that is not to be served after all.
+func (s *Service) undoCreate(c *container) {
+	if s.cfg.OOM != nil {
+		s.cfg.OOM.Remove(c.id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.init.Delete(ctx); err != nil {
+		s.cfg.Log.Error("undo create", "id", c.id, "err", err)
+	}
 }
 
 // Start starts the init or an exec.
@@ -831,14 +855,20 @@ func (s *Service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*em
 		return &emptypb.Empty{}, nil
 	}
 	// containerd sends Shutdown right after a Create that failed, maybe at its deadline while
-	// the shim is still undoing it: the Create's end decides, as the reference's Shutdown
-	// decides behind the lock that its Create holds to the end.
+	// the shim is still undoing it: the Create's end decides. containerd's runc shim ends at
+	// once, in the middle of that Create (docs/deploy.md).
 	if len(s.creating) > 0 {
 		s.shutdownAsked = true
 		return &emptypb.Empty{}, nil
 	}
-	s.cfg.Shutdown()
+	s.stop()
 	return &emptypb.Empty{}, nil
+}
+
+// stop ends the shim. Call with mu held.
+func (s *Service) stop() {
+	s.stopping = true
+	s.cfg.Shutdown()
 }
 
 // Containers is the number of containers the service holds.
