@@ -26,8 +26,9 @@ mkdir -p "$out/bin"
 	export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false"
 	go test -c -o "$out/client.test" "$mod/integration/client"
 	go build -o "$out/bin/runc-fp" "$mod/integration/failpoint/cmd/runc-fp"
+	go list -f '{{.Dir}}' "$mod/integration/client" >"$out/pkg-dir"
 )
 go build -o "$out/conformance" ./tools/conformance
-exec "$out/conformance" run -suite "$out/client.test" -containerd-bin "$cache/bin" \
+exec "$out/conformance" run -suite "$out/client.test" -pkg-dir "$(<"$out/pkg-dir")" -containerd-bin "$cache/bin" \
 	-shim-bin "$PWD/bin" -fp-bin "$out/bin" -busybox "$(command -v busybox)" \
 	-out "$out/results" -doc docs/deploy.md "$@"

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -68,12 +69,12 @@ func reportCmd(args []string) error {
 	if o.out == "" {
 		return fmt.Errorf("report: -out is required")
 	}
-	return report(o, "")
+	return report(o)
 }
 
 // report compares the two runs in o.out, prints the table and the regressions, and writes the
-// document and the results file. note says how the run went (durations) and goes with the table.
-func report(o reportOpts, note string) error {
+// document and the results file.
+func report(o reportOpts) error {
 	ref, err := readResultsFile(filepath.Join(o.out, "reference.json"))
 	if err != nil {
 		return err
@@ -83,10 +84,17 @@ func report(o reportOpts, note string) error {
 		return err
 	}
 	tbl := table(ref, final)
-	if note != "" {
-		tbl = note + "\n\n" + tbl
+	// How long each suite run took (with its restarts after a hang), as runCmd recorded it.
+	var took []string
+	for _, s := range shims {
+		if d, err := os.ReadFile(filepath.Join(o.out, s.name+".time")); err == nil {
+			took = append(took, fmt.Sprintf("%s (%s) %s", s.name, s.runtime, strings.TrimSpace(string(d))))
+		}
 	}
-	fails := failures(ref, final, 25)
+	if took != nil {
+		tbl = "Suite run time: " + strings.Join(took, ", ") + ".\n\n" + tbl
+	}
+	fails := failures(ref, final, 12)
 	fmt.Print(tbl)
 	if fails != "" {
 		fmt.Print("\nPassing with containerd-shim-runc-v2, not with the final shim:\n\n" + fails)

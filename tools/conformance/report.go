@@ -135,9 +135,10 @@ func table(ref, final map[string]*outcome) string {
 	return b.String()
 }
 
-// trimmed keeps a failure's telling lines, at most max of them, the last ones when there are
-// more. The suite's client logs every request at debug level through log_hook.go: those lines
-// would bury the test's own.
+// trimmed keeps a failure's telling lines: from the test's first own message (file_test.go:N)
+// on, at most max of them and the verdict. The suite's client logs every request at debug
+// level through log_hook.go, and a failed assertion can follow with a whole process list:
+// either would bury the message.
 func trimmed(o *outcome, max int) []string {
 	if o == nil {
 		return []string{"(the final shim's run has no such test)"}
@@ -148,13 +149,26 @@ func trimmed(o *outcome, max int) []string {
 		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "log_hook.go:") {
 			continue
 		}
+		if len(l) > maxLine {
+			l = l[:maxLine] + " …"
+		}
 		keep = append(keep, l)
 	}
-	if len(keep) > max {
-		keep = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(keep)-max)}, keep[len(keep)-max:]...)
+	for i, l := range keep {
+		if strings.Contains(l, "_test.go:") {
+			keep = keep[i:]
+			break
+		}
+	}
+	if len(keep) > max+1 {
+		last := keep[len(keep)-1]
+		keep = append(keep[:max:max], fmt.Sprintf("(%d more lines left out)", len(keep)-max-1), last)
 	}
 	return keep
 }
+
+// maxLine cuts a line of output: a failed assertion can print a whole configuration in one.
+const maxLine = 300
 
 // failures lists each regression with its trimmed output from the final shim's run.
 func failures(ref, final map[string]*outcome, max int) string {

@@ -66,12 +66,17 @@ func TestRegressionsArePassWithReferenceOnly(t *testing.T) {
 	}
 }
 
-func TestTrimmedKeepsTheLastLines(t *testing.T) {
-	o := &outcome{Action: "fail", Output: []string{"=== RUN   TestX", "a", "", "b", "    log_hook.go:47: noise", "c", "--- FAIL: TestX (0.00s)"}}
+func TestTrimmedKeepsTheMessageAndTheVerdict(t *testing.T) {
+	o := &outcome{Action: "fail", Output: []string{"=== RUN   TestX", "setup noise", "    x_test.go:9: it broke:", "", "a",
+		"    log_hook.go:47: noise", "b", "c", "--- FAIL: TestX (0.00s)"}}
 	got := trimmed(o, 3)
-	want := []string{"(1 earlier lines left out)", "b", "c", "--- FAIL: TestX (0.00s)"}
+	want := []string{"    x_test.go:9: it broke:", "a", "b", "(1 more lines left out)", "--- FAIL: TestX (0.00s)"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("trimmed %q, want %q", got, want)
+	}
+	long := &outcome{Output: []string{strings.Repeat("x", 2*maxLine)}}
+	if got := trimmed(long, 3); len(got) != 1 || len(got[0]) > maxLine+len(" …") {
+		t.Fatalf("a long line is kept whole: %d bytes", len(got[0]))
 	}
 }
 

@@ -51,6 +51,7 @@ func runCmd(ctx context.Context, args []string) error {
 		o                               reportOpts
 		suite, ctrdBin, shimBin, fpBin  string
 		busybox, runExpr, timeout, only string
+		pkgDir                          string
 		hang                            time.Duration
 	)
 	o.flags(fs)
@@ -58,6 +59,7 @@ func runCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&ctrdBin, "containerd-bin", "", "directory of containerd v2.4.2's containerd and containerd-shim-runc-v2")
 	fs.StringVar(&shimBin, "shim-bin", "", "directory of containerd-shim-shimwalk-v2")
 	fs.StringVar(&fpBin, "fp-bin", "", "directory of containerd's runc-fp failpoint wrapper")
+	fs.StringVar(&pkgDir, "pkg-dir", "", "the suite's source directory: go test runs a package's tests there, and they read its testdata")
 	fs.StringVar(&busybox, "busybox", "/bin/busybox", "static busybox the stand-in images are built from")
 	fs.StringVar(&runExpr, "run", "", "only the suite's tests matching this -test.run expression")
 	fs.StringVar(&timeout, "timeout", "40m", "the suite's -test.timeout per shim")
@@ -66,7 +68,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for flagName, v := range map[string]string{"suite": suite, "containerd-bin": ctrdBin, "shim-bin": shimBin, "fp-bin": fpBin, "out": o.out} {
+	for flagName, v := range map[string]string{"pkg-dir": pkgDir, "suite": suite, "containerd-bin": ctrdBin, "shim-bin": shimBin, "fp-bin": fpBin, "out": o.out} {
 		if v == "" {
 			return fmt.Errorf("run: -%s is required", flagName)
 		}
@@ -108,7 +110,6 @@ func runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 
-	var notes []string
 	for _, s := range shims {
 		if only != "" && only != s.name {
 			continue
@@ -129,18 +130,23 @@ func runCmd(ctx context.Context, args []string) error {
 			"TEST_SNAPSHOTTER": "",
 		})
 		t0 := time.Now()
-		left, runErr := runShim(ctx, suite, s.name, o.out, env, runExpr, timeout, hang)
+		left, runErr := runShim(ctx, suite, pkgDir, s.name, o.out, env, runExpr, timeout, hang)
 		d := time.Since(t0).Round(time.Second)
 		fmt.Printf("conformance: %s (%s) ran %s: %v\n", s.name, s.runtime, d, runErr)
 		for _, l := range left {
 			fmt.Println("conformance: cleaned up after the run:", l)
 		}
-		notes = append(notes, fmt.Sprintf("%s %s", s.name, d))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if runErr != nil {
+			return fmt.Errorf("%s: %w", s.name, runErr)
+		}
+		if err := os.WriteFile(filepath.Join(o.out, s.name+".time"), []byte(d.String()), 0o644); err != nil {
+			return err
+		}
 	}
-	return report(o, "Suite run time: "+strings.Join(notes, ", ")+".")
+	return report(o)
 }
 
 // suiteEnv is base with set applied; an empty value removes the variable, so that a caller's
@@ -173,7 +179,7 @@ func suiteEnv(base []string, set map[string]string) []string {
 // ends it and every result with it. So a run without any event for hang is stopped, what it
 // left is cleaned up, the tests still running are recorded as hung, and the suite is started
 // again without them and without those already done.
-func runShim(ctx context.Context, suite, name, out string, env []string, runExpr, timeout string, hang time.Duration) ([]string, error) {
+func runShim(ctx context.Context, suite, pkgDir, name, out string, env []string, runExpr, timeout string, hang time.Duration) ([]string, error) {
 	jf, err := os.Create(filepath.Join(out, name+".json"))
 	if err != nil {
 		return nil, err
@@ -187,7 +193,7 @@ func runShim(ctx context.Context, suite, name, out string, env []string, runExpr
 	var left []string
 	skip := map[string]bool{}
 	for attempt := 1; ; attempt++ {
-		st, err := runOnce(ctx, suite, jf, lf, env, runExpr, skipExpr(skip), timeout, hang)
+		st, err := runOnce(ctx, suite, pkgDir, jf, lf, env, runExpr, skipExpr(skip), timeout, hang)
 		left = append(left, cleanup()...)
 		if err != nil || len(st.hung) == 0 {
 			return left, err
@@ -281,7 +287,7 @@ func (tr *tracker) result(stopped bool) runState {
 
 // runOnce starts the suite under test2json once. The suite exits non-zero when a test fails,
 // which is not an error here: the results say which.
-func runOnce(ctx context.Context, suite string, jf, lf *os.File, env []string, runExpr, skip, timeout string, hang time.Duration) (runState, error) {
+func runOnce(ctx context.Context, suite, pkgDir string, jf, lf *os.File, env []string, runExpr, skip, timeout string, hang time.Duration) (runState, error) {
 	args := []string{"tool", "test2json", "-t", "-p", "integration/client", suite,
 		"-test.root", "-test.v=test2json", "-no-criu", "-test.timeout", timeout}
 	if runExpr != "" {
@@ -297,13 +303,18 @@ func runOnce(ctx context.Context, suite string, jf, lf *os.File, env []string, r
 	defer pr.Close()
 	cmd := exec.Command("go", args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, pw, lf
-	// The suite writes temporary files into its working directory.
+	// go test runs a package's tests in its directory; the module cache's copy is read-only, so
+	// the suite runs in a directory of its own with a copy of the testdata it reads.
 	cmd.Dir, err = os.MkdirTemp("", "conformance-")
 	if err != nil {
 		pw.Close()
 		return runState{}, err
 	}
 	defer os.RemoveAll(cmd.Dir)
+	if err := os.CopyFS(filepath.Join(cmd.Dir, "testdata"), os.DirFS(filepath.Join(pkgDir, "testdata"))); err != nil {
+		pw.Close()
+		return runState{}, fmt.Errorf("suite testdata: %w", err)
+	}
 	// Its own process group, so that stopping it ends test2json, the suite and its containerd
 	// together; the shims, which containerd starts in sessions of their own, are cleanup's.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
