@@ -51,6 +51,9 @@ type reportOpts struct {
 	out    string // directory holding reference.json and final.json
 	doc    string // file with the generated section, "" for none
 	shared string // a Markdown file for the shim's engineers: table and failures, "" for none
+	// partial is a run of some tests (-run): only tests both runs hold are compared, and the
+	// document, which shows whole runs, is left alone.
+	partial bool
 }
 
 func (o *reportOpts) flags(fs *flag.FlagSet) {
@@ -83,6 +86,9 @@ func report(o reportOpts) error {
 	if err != nil {
 		return err
 	}
+	if o.partial {
+		ref, final = both(ref, final)
+	}
 	tbl := table(ref, final)
 	// How long each suite run took (with its restarts after a hang), as runCmd recorded it.
 	var took []string
@@ -99,7 +105,7 @@ func report(o reportOpts) error {
 	if fails != "" {
 		fmt.Print("\nPassing with containerd-shim-runc-v2, not with the final shim:\n\n" + fails)
 	}
-	if o.doc != "" {
+	if o.doc != "" && !o.partial {
 		doc, err := os.ReadFile(o.doc)
 		if err != nil {
 			return err

@@ -226,7 +226,8 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	if _, err := rw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err == nil {
+	_, err = rw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
+	if err == nil {
 		err = rw.Flush()
 	}
 	if err != nil {

@@ -87,6 +87,17 @@ func word(o *outcome) string {
 	return o.Action
 }
 
+// both keeps the tests that both runs hold.
+func both(ref, final map[string]*outcome) (map[string]*outcome, map[string]*outcome) {
+	r, f := map[string]*outcome{}, map[string]*outcome{}
+	for n, o := range ref {
+		if final[n] != nil {
+			r[n], f[n] = o, final[n]
+		}
+	}
+	return r, f
+}
+
 // regressions are the tests that pass with the reference and not with the final shim.
 func regressions(ref, final map[string]*outcome) []string {
 	var out []string

@@ -135,3 +135,12 @@ func TestHungTestsAreSkippedOnTheNextStart(t *testing.T) {
 		t.Errorf("table:\n%s", table(ref, final))
 	}
 }
+
+func TestPartialRunsCompareWhatBothRan(t *testing.T) {
+	ref := mustRead(t, stream("TestA=pass", "TestB=pass"))
+	final := mustRead(t, stream("TestB=fail"))
+	r, f := both(ref, final)
+	if got := regressions(r, f); !slices.Equal(got, []string{"TestB"}) {
+		t.Fatalf("regressions %v, want TestB alone", got)
+	}
+}

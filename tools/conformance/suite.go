@@ -68,6 +68,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	o.partial = runExpr != ""
 	for flagName, v := range map[string]string{"pkg-dir": pkgDir, "suite": suite, "containerd-bin": ctrdBin, "shim-bin": shimBin, "fp-bin": fpBin, "out": o.out} {
 		if v == "" {
 			return fmt.Errorf("run: -%s is required", flagName)
