@@ -51,9 +51,27 @@ type reportOpts struct {
 	out    string // directory holding reference.json and final.json
 	doc    string // file with the generated section, "" for none
 	shared string // a Markdown file for the shim's engineers: table and failures, "" for none
-	// partial is a run of some tests (-run): only tests both runs hold are compared, and the
-	// document, which shows whole runs, is left alone.
+	// partial is a run of some tests (-run): it writes its results to out/partial, only tests
+	// both runs hold are compared, and the document, which shows whole runs, is left alone.
 	partial bool
+}
+
+// resultsDir is where a run writes its results: a partial one must not replace a whole run's.
+func (o *reportOpts) resultsDir() string {
+	if o.partial {
+		return filepath.Join(o.out, "partial")
+	}
+	return o.out
+}
+
+// resultsFile is a shim's results from this run, or from the last whole run when this one,
+// restricted to the other shim (-shim), has none.
+func (o *reportOpts) resultsFile(name string) string {
+	p := filepath.Join(o.resultsDir(), name)
+	if _, err := os.Stat(p); err != nil {
+		return filepath.Join(o.out, name)
+	}
+	return p
 }
 
 func (o *reportOpts) flags(fs *flag.FlagSet) {
@@ -78,11 +96,11 @@ func reportCmd(args []string) error {
 // report compares the two runs in o.out, prints the table and the regressions, and writes the
 // document and the results file.
 func report(o reportOpts) error {
-	ref, err := readResultsFile(filepath.Join(o.out, "reference.json"))
+	ref, err := readResultsFile(o.resultsFile("reference.json"))
 	if err != nil {
 		return err
 	}
-	final, err := readResultsFile(filepath.Join(o.out, "final.json"))
+	final, err := readResultsFile(o.resultsFile("final.json"))
 	if err != nil {
 		return err
 	}
@@ -93,11 +111,11 @@ func report(o reportOpts) error {
 	// How long each suite run took (with its restarts after a hang), as runCmd recorded it.
 	var took []string
 	for _, s := range shims {
-		if d, err := os.ReadFile(filepath.Join(o.out, s.name+".time")); err == nil {
+		if d, err := os.ReadFile(o.resultsFile(s.name + ".time")); err == nil {
 			took = append(took, fmt.Sprintf("%s (%s) %s", s.name, s.runtime, strings.TrimSpace(string(d))))
 		}
 	}
-	if took != nil {
+	if took != nil && !o.partial {
 		tbl = "Suite run time: " + strings.Join(took, ", ") + ".\n\n" + tbl
 	}
 	fails := failures(ref, final, 12)

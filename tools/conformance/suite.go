@@ -69,6 +69,7 @@ func runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	o.partial = runExpr != ""
+	runDir := o.resultsDir()
 	for flagName, v := range map[string]string{"pkg-dir": pkgDir, "suite": suite, "containerd-bin": ctrdBin, "shim-bin": shimBin, "fp-bin": fpBin, "out": o.out} {
 		if v == "" {
 			return fmt.Errorf("run: -%s is required", flagName)
@@ -91,6 +92,15 @@ func runCmd(ctx context.Context, args []string) error {
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return fmt.Errorf("run: another conformance run holds %s: %w", lock.Name(), err)
+	}
+	// A partial run's directory holds only this run's results, never an older partial run's.
+	if o.partial {
+		if err := os.RemoveAll(runDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(runDir, 0o755); err != nil {
+			return err
+		}
 	}
 
 	bin, applets, err := busyboxApplets(busybox)
@@ -131,7 +141,7 @@ func runCmd(ctx context.Context, args []string) error {
 			"TEST_SNAPSHOTTER": "",
 		})
 		t0 := time.Now()
-		left, runErr := runShim(ctx, suite, pkgDir, s.name, o.out, env, runExpr, timeout, hang)
+		left, runErr := runShim(ctx, suite, pkgDir, s.name, runDir, env, runExpr, timeout, hang)
 		d := time.Since(t0).Round(time.Second)
 		fmt.Printf("conformance: %s (%s) ran %s: %v\n", s.name, s.runtime, d, runErr)
 		for _, l := range left {
@@ -143,7 +153,7 @@ func runCmd(ctx context.Context, args []string) error {
 		if runErr != nil {
 			return fmt.Errorf("%s: %w", s.name, runErr)
 		}
-		if err := os.WriteFile(filepath.Join(o.out, s.name+".time"), []byte(d.String()), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(runDir, s.name+".time"), []byte(d.String()), 0o644); err != nil {
 			return err
 		}
 	}
