@@ -68,6 +68,9 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if only != "" && only != shims[0].name && only != shims[1].name {
+		return fmt.Errorf("run: -shim %q: want %s or %s", only, shims[0].name, shims[1].name)
+	}
 	o.partial = runExpr != ""
 	runDir := o.resultsDir()
 	for flagName, v := range map[string]string{"pkg-dir": pkgDir, "suite": suite, "containerd-bin": ctrdBin, "shim-bin": shimBin, "fp-bin": fpBin, "out": o.out} {
