@@ -33,6 +33,7 @@ const (
 	suiteRoot      = "/var/lib/containerd-test"
 	suiteNamespace = "testing"
 	cgroupRoot     = "/sys/fs/cgroup/" + suiteNamespace
+	suiteLock      = suiteState + ".lock"
 )
 
 // runcRoots are where the shims keep runc state by default for the suite's namespace:
@@ -87,14 +88,18 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	// The suite's paths are fixed: a second run at the same time would share its containerd.
-	lock, err := os.OpenFile(filepath.Join(o.out, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	// The suite's paths are fixed, so two runs on one machine, whatever their -out, would share
+	// its containerd and clean up each other's containers: the second waits for the first.
+	lock, err := os.OpenFile(suiteLock, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return fmt.Errorf("run: another conformance run holds %s: %w", lock.Name(), err)
+		fmt.Printf("conformance: waiting for the conformance run that holds %s\n", suiteLock)
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			return fmt.Errorf("run: lock %s: %w", suiteLock, err)
+		}
 	}
 	// A partial run's directory holds only this run's results, never an older partial run's.
 	if o.partial {
