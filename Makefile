@@ -41,7 +41,7 @@ demo: deps build
 
 # Everything CI checks: formatting, vet, staticcheck, every test, every workshop exercise both
 # ways (its check fails on the stubbed step and passes on the real one), and containerd's own
-# client suite with both shims (about 3 minutes per shim on 2 cores).
+# client suite with both shims (2 to 3 minutes per shim on 2 cores, 2 more per hung test).
 test: deps lint unit exercises conformance
 
 lint:

@@ -212,8 +212,29 @@ func runShim(ctx context.Context, suite, pkgDir, name, out string, env []string,
 	var left []string
 	skip := map[string]bool{}
 	for attempt := 1; ; attempt++ {
-		st, err := runOnce(ctx, suite, pkgDir, jf, lf, env, runExpr, skipExpr(skip), timeout, hang)
-		left = append(left, cleanup()...)
+		// go test runs a package's tests in its directory; the module cache's copy is
+		// read-only, so the suite runs in a directory of its own with a copy of the testdata it
+		// reads, and with its temporary files (TestMain leaves its containerd's config and log
+		// there when it exits) below it.
+		work, err := os.MkdirTemp("", "conformance-")
+		if err != nil {
+			return left, err
+		}
+		if err := os.CopyFS(filepath.Join(work, "testdata"), os.DirFS(filepath.Join(pkgDir, "testdata"))); err != nil {
+			return left, fmt.Errorf("suite testdata: %w", err)
+		}
+		if err := os.Mkdir(filepath.Join(work, "tmp"), 0o700); err != nil {
+			return left, err
+		}
+		st, err := runOnce(ctx, suite, work, jf, lf, append(env, "TMPDIR="+filepath.Join(work, "tmp")), runExpr, skipExpr(skip), timeout, hang)
+		left = append(left, cleanup(work)...)
+		if len(suiteMounts(work)) == 0 {
+			if rerr := os.RemoveAll(work); rerr != nil && err == nil {
+				err = rerr
+			}
+		} else {
+			left = append(left, "mounts below "+work+" remain: it is kept")
+		}
 		if err != nil || len(st.hung) == 0 {
 			return left, err
 		}
@@ -306,7 +327,7 @@ func (tr *tracker) result(stopped bool) runState {
 
 // runOnce starts the suite under test2json once. The suite exits non-zero when a test fails,
 // which is not an error here: the results say which.
-func runOnce(ctx context.Context, suite, pkgDir string, jf, lf *os.File, env []string, runExpr, skip, timeout string, hang time.Duration) (runState, error) {
+func runOnce(ctx context.Context, suite, work string, jf, lf *os.File, env []string, runExpr, skip, timeout string, hang time.Duration) (runState, error) {
 	args := []string{"tool", "test2json", "-t", "-p", "integration/client", suite,
 		"-test.root", "-test.v=test2json", "-no-criu", "-test.timeout", timeout}
 	if runExpr != "" {
@@ -322,18 +343,7 @@ func runOnce(ctx context.Context, suite, pkgDir string, jf, lf *os.File, env []s
 	defer pr.Close()
 	cmd := exec.Command("go", args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, pw, lf
-	// go test runs a package's tests in its directory; the module cache's copy is read-only, so
-	// the suite runs in a directory of its own with a copy of the testdata it reads.
-	cmd.Dir, err = os.MkdirTemp("", "conformance-")
-	if err != nil {
-		pw.Close()
-		return runState{}, err
-	}
-	defer os.RemoveAll(cmd.Dir)
-	if err := os.CopyFS(filepath.Join(cmd.Dir, "testdata"), os.DirFS(filepath.Join(pkgDir, "testdata"))); err != nil {
-		pw.Close()
-		return runState{}, fmt.Errorf("suite testdata: %w", err)
-	}
+	cmd.Dir = work
 	// Its own process group, so that stopping it ends test2json, the suite and its containerd
 	// together; the shims, which containerd starts in sessions of their own, are cleanup's.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -393,7 +403,7 @@ func runOnce(ctx context.Context, suite, pkgDir string, jf, lf *os.File, env []s
 // cleanup ends what the run left and says what that was: processes that name the suite's
 // paths, runc containers whose bundle is below them, mounts below them, and cgroups of the
 // suite's namespace that are empty.
-func cleanup() []string {
+func cleanup(work string) []string {
 	var left []string
 	for _, pid := range suiteProcesses() {
 		c := cmdline(pid)
@@ -407,7 +417,7 @@ func cleanup() []string {
 			left = append(left, fmt.Sprintf("runc container %s in %s (delete: %v %s)", id, root, err, bytes.TrimSpace(out)))
 		}
 	}
-	for _, m := range suiteMounts() {
+	for _, m := range suiteMounts(work) {
 		err := syscall.Unmount(m, syscall.MNT_DETACH)
 		left = append(left, fmt.Sprintf("mount %s (unmount: %v)", m, err))
 	}
@@ -417,7 +427,7 @@ func cleanup() []string {
 		}
 	}
 	// The suite removes its root when it ends normally, and never its state directory.
-	if len(suiteMounts()) == 0 {
+	if len(suiteMounts(work)) == 0 {
 		for _, d := range []string{suiteState, suiteRoot} {
 			if _, err := os.Stat(d); err == nil {
 				if err := os.RemoveAll(d); err != nil {
@@ -476,8 +486,9 @@ func suiteContainers(root string) []string {
 	return ids
 }
 
-// suiteMounts are the mount points below the suite's paths, deepest first.
-func suiteMounts() []string {
+// suiteMounts are the mount points below the suite's paths and its working directory, deepest
+// first.
+func suiteMounts(work string) []string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -489,7 +500,7 @@ func suiteMounts() []string {
 			continue
 		}
 		mp := unescapeMount(f[4])
-		for _, p := range []string{suiteState, suiteRoot} {
+		for _, p := range []string{suiteState, suiteRoot, work} {
 			if mp == p || strings.HasPrefix(mp, p+"/") {
 				ms = append(ms, mp)
 			}
