@@ -14,7 +14,7 @@ SHIM_BUILD := CGO_ENABLED=0 GOEXPERIMENT=$(SHIM_GOEXPERIMENT) $(GO) build -ldfla
 # Named explicitly so that exercise copies in work/ are never linted or tested as the project.
 PKGS     := ./steps/... ./final/... ./tools/... ./docs/... ./bench/...
 
-.PHONY: all build demo-build deps deps-demo demo lab-pod test lint unit exercises e2e soak fuzz exercise exercise-list check stepdiff stepsame docs bench clean
+.PHONY: all build demo-build deps deps-demo demo lab-pod test lint unit exercises conformance e2e soak fuzz exercise exercise-list check stepdiff stepsame docs bench clean
 
 all: build
 
@@ -56,9 +56,10 @@ demo: deps-demo demo-build
 lab-pod: deps build
 	$(GO) run ./tools/labpod $(LABFLAGS)
 
-# Everything CI checks: formatting, vet, staticcheck, every test, and every workshop exercise
-# both ways (its check fails on the stubbed step and passes on the real one).
-test: deps lint unit exercises
+# Everything CI checks: formatting, vet, staticcheck, every test, every workshop exercise both
+# ways (its check fails on the stubbed step and passes on the real one), and containerd's own
+# client suite with both shims (2 to 3 minutes per shim on 2 cores, 2 more per hung test).
+test: deps lint unit exercises conformance
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -76,6 +77,13 @@ exercises:
 # from traced runs, step diffs and file-changes sections (go test ./docs checks them).
 docs: deps build
 	$(GO) test -count=1 ./docs -run . -update
+
+# containerd v2.4.2's own integration/client suite, unmodified and offline, with
+# containerd-shim-runc-v2 and with the final shim; fails when a test passes with the first and not
+# with the second, and writes the table into docs/deploy.md. CONFORMANCEFLAGS go to
+# `conformance run` (-run 'TestContainerExec' narrows it, -shim final reruns one side).
+conformance: deps build
+	./scripts/conformance.sh $(CONFORMANCEFLAGS)
 
 # The final shim under containerd 1.6 and 2.x (part of unit too; this runs it alone).
 e2e: deps
