@@ -89,23 +89,29 @@ func mount(m *types.Mount, target string) error {
 	return nil
 }
 
-// unmountAll removes every mount stacked on target; a target that is not a mount point is fine.
+// unmountAll removes every mount stacked on target, however many there are; a target that is
+// not a mount point, or not there, is fine. It never follows a symlink (UMOUNT_NOFOLLOW): the
+// shim would otherwise unmount whatever a rootfs swapped for a link names. Each pass removes one
+// mount, so the loop ends.
 func unmountAll(target string) error {
-	for i := 0; i < 64; i++ {
-		err := unix.Unmount(target, 0)
+	for {
+		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
 		switch {
 		case err == nil:
 			continue
 		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-			return nil // nothing (more) mounted there
+			return nil // nothing (more) mounted there, or a symlink
 		case errors.Is(err, unix.EBUSY):
 			// Still in use by a process that is on its way out: detach now, freed when it is gone.
-			if derr := unix.Unmount(target, unix.MNT_DETACH); derr != nil {
+			derr := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			if errors.Is(derr, unix.EINVAL) {
+				return nil // gone in between
+			}
+			if derr != nil {
 				return fmt.Errorf("unmount %s: %w", target, derr)
 			}
 		default:
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}
 	}
-	return fmt.Errorf("unmount %s: too many stacked mounts", target)
 }
