@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
@@ -95,5 +96,38 @@ func TestManyStackedMountsAreAllUnmounted(t *testing.T) {
 	}
 	if left := mountsAt(t, rootfs); left > 0 {
 		t.Errorf("%d mounts left on the rootfs after Delete", left)
+	}
+}
+
+// TestRootfsSymlinkIsRefused: a bundle's rootfs that is a symlink is refused before anything is
+// mounted: the mounts would land wherever the link points, on the host, and the unmount, which
+// never follows a link, would leave them there.
+func TestRootfsSymlinkIsRefused(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "linkedrootfs", testkit.TaskOptions{Args: []string{"true"}, NullIO: true})
+	hosts := t.TempDir()
+	t.Cleanup(func() {
+		for mountsAt(t, hosts) > 0 {
+			if err := syscall.Unmount(hosts, syscall.MNT_DETACH); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	rootfs := filepath.Join(k.Bundle, "rootfs")
+	if err := os.RemoveAll(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hosts, rootfs); err != nil {
+		t.Fatal(err)
+	}
+	r := k.CreateRequest()
+	r.Rootfs = []*types.Mount{{Type: "tmpfs", Source: "tmpfs", Options: []string{"size=64k"}}}
+	if _, err := k.Conn.Task.Create(k.Ctx(), r); err == nil {
+		t.Error("Create mounted through a rootfs that is a symlink")
+	}
+	if n := mountsAt(t, hosts); n > 0 {
+		t.Errorf("%d mounts on the symlink's target", n)
 	}
 }

@@ -38,9 +38,21 @@ var mountFlags = map[string]struct {
 }
 
 // mountRootfs mounts each of mounts on target, in order. On failure it undoes what it did.
+// target must be a directory or not exist: through a symlink the mounts would land wherever it
+// points, and unmountAll, which does not follow one, would leave them there.
 func mountRootfs(mounts []*types.Mount, target string) error {
-	if err := os.MkdirAll(target, 0o711); err != nil {
-		return fmt.Errorf("create rootfs: %w", err)
+	st, err := os.Lstat(target)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(target, 0o711); err != nil {
+			return fmt.Errorf("create rootfs: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("rootfs: %w", err)
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("rootfs %s is a symlink", target)
+	case !st.IsDir():
+		return fmt.Errorf("rootfs %s is not a directory", target)
 	}
 	for i, m := range mounts {
 		if err := mount(m, target); err != nil {
