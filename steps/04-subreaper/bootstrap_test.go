@@ -417,3 +417,29 @@ func TestLogFIFOIsOpenedOnce(t *testing.T) {
 		t.Errorf("openLogFIFO opened a %v through the symlink, not the FIFO", st.Mode().Type())
 	}
 }
+
+// TestFailedStartLeavesNoRecords: when the helper wrote shim.pid but cannot write address, the
+// shim it started is stopped, and shim.pid, which would name that dead shim, goes with it.
+func TestFailedStartLeavesNoRecords(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	bundle, err := d.CreateBundle("noaddress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(bundle, "address.tmp", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StartShim(context.Background(), "noaddress", nil); err == nil {
+		d.DeleteShim(context.Background(), "noaddress")
+		t.Fatal("start succeeded without address")
+	}
+	for _, name := range []string{"shim.pid", "address"} {
+		if _, err := os.Lstat(filepath.Join(bundle, name)); err == nil {
+			t.Errorf("%s left in the bundle", name)
+		}
+	}
+	if entries, _ := os.ReadDir(testkit.SocketDir(d)); len(entries) > 0 {
+		t.Errorf("socket directory holds %v", entries)
+	}
+}

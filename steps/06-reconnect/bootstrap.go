@@ -92,10 +92,13 @@ func start(o options) error {
 		err = writeFile("address", address)
 	}
 	if err != nil {
-		// Nobody will learn of this shim: stop it and take its socket, or both would stay.
+		// Nobody will learn of this shim: stop it and take its socket, or both would stay, and
+		// the records, which would name a dead shim.
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()
 		_ = os.Remove(path)
+		_ = os.Remove("shim.pid")
+		_ = os.Remove("address")
 		return err
 	}
 	// The helper exits without waiting for the child; it is re-parented and lives on.
