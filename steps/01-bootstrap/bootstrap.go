@@ -150,27 +150,35 @@ func makeSocketDir(dir string) error {
 		}
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
-		// EEXIST: another process made it since the Lstat; the check below decides.
+		// EEXIST: someone made it since the look above; the check below decides.
 		if err := os.Mkdir(missing[i], 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("create socket directory: %w", err)
 		}
 	}
-	if len(missing) == 0 {
+	if len(missing) == 0 || missing[0] != dir {
 		missing = append(missing, dir)
 	}
 	for _, p := range missing {
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return fmt.Errorf("socket directory: %w", &os.PathError{Op: "lstat", Path: p, Err: err})
+		if err := ownDirectory(p); err != nil {
+			return err
 		}
-		switch {
-		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-			return fmt.Errorf("socket directory %s is a symlink", p)
-		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-			return fmt.Errorf("socket directory %s is not a directory", p)
-		case int(st.Uid) != os.Geteuid():
-			return fmt.Errorf("socket directory %s belongs to uid %d, not the shim's %d", p, st.Uid, os.Geteuid())
-		}
+	}
+	return nil
+}
+
+// ownDirectory refuses p unless it is a directory, not a symlink, of the shim's own uid.
+func ownDirectory(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return fmt.Errorf("socket directory: %w", &os.PathError{Op: "lstat", Path: p, Err: err})
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return fmt.Errorf("socket directory %s is a symlink", p)
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("socket directory %s is not a directory", p)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("socket directory %s belongs to uid %d, not to the shim's uid %d", p, st.Uid, os.Geteuid())
 	}
 	return nil
 }
