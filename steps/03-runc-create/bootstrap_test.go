@@ -323,6 +323,7 @@ func TestBadInput(t *testing.T) {
 // dials.
 func TestSocketDirMustBeTheShims(t *testing.T) {
 	t.Parallel()
+	testkit.RequireRoot(t) // to give a directory to another uid
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T, base string) string // returns SHIMWALK_SOCKET_DIR
