@@ -317,3 +317,130 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestSocketDirMustBeTheShims: a socket directory that is a symlink, or that belongs to another
+// user, is refused: whoever controls it could put a socket of theirs at the name containerd
+// dials.
+func TestSocketDirMustBeTheShims(t *testing.T) {
+	t.Parallel()
+	testkit.RequireRoot(t) // to give a directory to another uid
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, base string) string // returns SHIMWALK_SOCKET_DIR
+	}{
+		{"symlink", func(t *testing.T, base string) string {
+			real := filepath.Join(base, "real")
+			if err := os.Mkdir(real, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(real, filepath.Join(base, "link")); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(base, "link")
+		}},
+		{"other user", func(t *testing.T, base string) string {
+			dir := filepath.Join(base, "theirs")
+			if err := os.Mkdir(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(dir, os.Geteuid()+1, os.Getegid()); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := testkit.NewDriver(t, shimBinary(t))
+			// A short base: t.TempDir's name would make the socket path too long to bind.
+			base, err := os.MkdirTemp("", "sd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(base) })
+			dir := tc.setup(t, base)
+			d.Env = append(d.Env, "SHIMWALK_SOCKET_DIR="+dir)
+			if _, err := d.CreateBundle("baddir"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.StartShim(context.Background(), "baddir", nil); err == nil {
+				d.DeleteShim(context.Background(), "baddir")
+				t.Fatalf("start listened in %s", dir)
+			} else if !strings.Contains(err.Error(), "socket directory") {
+				t.Errorf("start failed with %v, want it to name the socket directory", err)
+			}
+			entries, _ := os.ReadDir(dir)
+			if len(entries) > 0 {
+				t.Errorf("%s holds %v", dir, entries)
+			}
+		})
+	}
+}
+
+// TestLogFIFOIsOpenedOnce: the long-lived shim checks that the bundle's `log` is a FIFO and
+// opens it for writing. If the name can be swapped for a symlink between the check and the
+// open, the shim, root, writes its log to whatever the link names. testLogFIFOChecked runs at
+// that point and swaps it, so the race is certain.
+func TestLogFIFOIsOpenedOnce(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	if err := syscall.Mkfifo(log, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.OpenFile(log, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("victim"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testLogFIFOChecked = func() {
+		if err := os.Symlink(victim, log+".new"); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(log+".new", log); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testLogFIFOChecked = nil }()
+
+	f, err := openLogFIFO(log)
+	if err != nil {
+		t.Fatalf("the FIFO was there when checked, yet: %v", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Type() != os.ModeNamedPipe {
+		t.Errorf("openLogFIFO opened a %v through the symlink, not the FIFO", st.Mode().Type())
+	}
+}
+
+// TestFailedStartLeavesNoRecords: when the helper wrote shim.pid but cannot write address, the
+// shim it started is stopped, and shim.pid, which would name that dead shim, goes with it.
+func TestFailedStartLeavesNoRecords(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	bundle, err := d.CreateBundle("noaddress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(bundle, "address.tmp", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StartShim(context.Background(), "noaddress", nil); err == nil {
+		d.DeleteShim(context.Background(), "noaddress")
+		t.Fatal("start succeeded without address")
+	}
+	for _, name := range []string{"shim.pid", "address"} {
+		if _, err := os.Lstat(filepath.Join(bundle, name)); err == nil {
+			t.Errorf("%s left in the bundle", name)
+		}
+	}
+	if entries, _ := os.ReadDir(testkit.SocketDir(d)); len(entries) > 0 {
+		t.Errorf("socket directory holds %v", entries)
+	}
+}

@@ -38,9 +38,21 @@ var mountFlags = map[string]struct {
 }
 
 // mountRootfs mounts each of mounts on target, in order. On failure it undoes what it did.
+// target must be a directory or not exist: through a symlink the mounts would land wherever it
+// points, and unmountAll, which does not follow one, would leave them there.
 func mountRootfs(mounts []*types.Mount, target string) error {
-	if err := os.MkdirAll(target, 0o711); err != nil {
-		return fmt.Errorf("create rootfs: %w", err)
+	st, err := os.Lstat(target)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(target, 0o711); err != nil {
+			return fmt.Errorf("create rootfs: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("rootfs: %w", err)
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("rootfs %s is a symlink", target)
+	case !st.IsDir():
+		return fmt.Errorf("rootfs %s is not a directory", target)
 	}
 	for i, m := range mounts {
 		if err := mount(m, target); err != nil {
@@ -89,23 +101,29 @@ func mount(m *types.Mount, target string) error {
 	return nil
 }
 
-// unmountAll removes every mount stacked on target; a target that is not a mount point is fine.
+// unmountAll removes every mount stacked on target, however many there are; a target that is
+// not a mount point, or not there, is fine. It never follows a symlink (UMOUNT_NOFOLLOW): the
+// shim would otherwise unmount whatever a rootfs swapped for a link names. Each pass removes one
+// mount, so the loop ends.
 func unmountAll(target string) error {
-	for i := 0; i < 64; i++ {
-		err := unix.Unmount(target, 0)
+	for {
+		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
 		switch {
 		case err == nil:
 			continue
 		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-			return nil // nothing (more) mounted there
+			return nil // nothing (more) mounted there, or a symlink
 		case errors.Is(err, unix.EBUSY):
 			// Still in use by a process that is on its way out: detach now, freed when it is gone.
-			if derr := unix.Unmount(target, unix.MNT_DETACH); derr != nil {
+			derr := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			if errors.Is(derr, unix.EINVAL) {
+				return nil // gone in between
+			}
+			if derr != nil {
 				return fmt.Errorf("unmount %s: %w", target, derr)
 			}
 		default:
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}
 	}
-	return fmt.Errorf("unmount %s: too many stacked mounts", target)
 }

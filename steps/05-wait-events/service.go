@@ -329,8 +329,10 @@ func (s *service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		return nil, status.Errorf(codes.Unknown, "%v", err)
 	}
 	s.init = p
-	// From here on an exit of this pid is the container's: runc init waits for runc start,
-	// so nothing of it can have exited unseen before this point.
+	// From here on an exit of this pid is the container's. One may be reaped already: runc init
+	// waits for runc start, but something outside can kill it during runc create (containerd
+	// issue 9103). That exit waits in handleExits for mu, which Create holds until the pid is in
+	// running, so it is claimed, not dropped.
 	s.running[p.pid] = p
 	s.log.Info("created", "pid", p.pid)
 	s.events.publish(topicCreate, &eventstypes.TaskCreate{

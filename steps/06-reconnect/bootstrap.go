@@ -92,10 +92,13 @@ func start(o options) error {
 		err = writeFile("address", address)
 	}
 	if err != nil {
-		// Nobody will learn of this shim: stop it and take its socket, or both would stay.
+		// Nobody will learn of this shim: stop it and take its socket, or both would stay, and
+		// the records, which would name a dead shim.
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()
 		_ = os.Remove(path)
+		_ = os.Remove("shim.pid")
+		_ = os.Remove("address")
 		return err
 	}
 	// The helper exits without waiting for the child; it is re-parented and lives on.
@@ -103,13 +106,13 @@ func start(o options) error {
 	return writeAddress(address)
 }
 
-// listen creates the socket 0600, and the socket directory 0700 if it is missing. A directory
-// that exists is left as it is, as containerd's NewSocket leaves it: it may be /tmp, or the
+// listen creates the socket 0600, and what is missing of the socket directory 0700. A directory
+// that exists keeps its mode, as containerd's NewSocket leaves it: it may be /tmp, or the
 // socket_dir containerd 2.3+ made for its own use. A socket file nobody listens on is a leftover
 // of a dead shim and is replaced; a live one yields EADDRINUSE.
 func listen(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create socket directory: %w", err)
+	if err := makeSocketDir(filepath.Dir(path)); err != nil {
+		return nil, err
 	}
 	ln, err := listenUnix(path)
 	if errors.Is(err, unix.EADDRINUSE) {
@@ -126,6 +129,58 @@ func listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// makeSocketDir creates what is missing of dir, each new directory 0700, and then refuses dir,
+// and each directory it had to create, unless it is a real directory of the shim's own uid: a
+// symlink, or a directory another user made first, would let someone else put a socket of
+// theirs at the predictable name, and containerd would dial it as the shim.
+func makeSocketDir(dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for p := dir; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("socket directory: %w", err)
+		}
+		missing = append(missing, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		// EEXIST: someone made it since the look above; the check below decides.
+		if err := os.Mkdir(missing[i], 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create socket directory: %w", err)
+		}
+	}
+	if len(missing) == 0 || missing[0] != dir {
+		missing = append(missing, dir)
+	}
+	for _, p := range missing {
+		if err := ownDirectory(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownDirectory refuses p unless it is a directory, not a symlink, of the shim's own uid.
+func ownDirectory(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return fmt.Errorf("socket directory: %w", &os.PathError{Op: "lstat", Path: p, Err: err})
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return fmt.Errorf("socket directory %s is a symlink", p)
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("socket directory %s is not a directory", p)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("socket directory %s belongs to uid %d, not to the shim's uid %d", p, st.Uid, os.Geteuid())
+	}
+	return nil
 }
 
 func listenUnix(path string) (*net.UnixListener, error) {
@@ -216,13 +271,28 @@ func openLog(debug bool) (*slog.Logger, *os.File, error) {
 }
 
 // openLogFIFO opens the FIFO without blocking: with no reader the open fails with ENXIO instead
-// of hanging the shim, and the shim falls back to a file.
+// of hanging the shim, and the shim falls back to a file. What is checked is what is opened: the
+// name is opened once, as an O_PATH handle that does not follow a symlink, the handle is checked,
+// and the FIFO is reopened through it (/proc/self/fd), as containerd/fifo opens one. Checking the
+// name and then opening the name again would follow a symlink swapped in between, and the shim
+// (root) would write its log into whatever file the link names.
 func openLogFIFO(name string) (*os.File, error) {
+	h, err := unix.Open(name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	defer unix.Close(h)
 	var st unix.Stat_t
-	if err := unix.Lstat(name, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+	if err := unix.Fstat(h, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", name, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return nil, fmt.Errorf("%s is not a FIFO", name)
 	}
-	fd, err := unix.Open(name, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if testLogFIFOChecked != nil {
+		testLogFIFOChecked()
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", h), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
@@ -233,6 +303,9 @@ func openLogFIFO(name string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), name), nil
 }
+
+// testLogFIFOChecked, set by a test, runs between the check of the log FIFO and its open.
+var testLogFIFOChecked func()
 
 // stopGrace is how long the delete action waits for a shim after SIGTERM, and again after
 // SIGKILL. containerd gives the whole action 5 s (cleanupTimeout, core/runtime/v2/shim.go) and

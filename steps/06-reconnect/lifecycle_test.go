@@ -21,16 +21,18 @@ import (
 )
 
 // holdingRunc is runc, except for the first call of the subcommand named in %[2]q after the
-// test created %[1]q/hold: with "start" it returns only once the test removes %[1]q/holding, so
-// the container runs (and may exit) while its Start is still in flight; with "delete" it does
-// nothing and succeeds, so Delete waits for an exit that runc delete never caused.
+// test created %[1]q/hold: with "create" or "start" it runs runc, creates %[1]q/ran, and returns
+// only once the test removes %[1]q/holding, so the container exists (or runs, and may exit)
+// while its Create or Start is still in flight; with "delete" it does nothing and succeeds, so
+// Delete waits for an exit that runc delete never caused.
 const holdingRunc = `#!/bin/sh
 dir=%[1]q
 sub=
-for a; do case "$a" in start|delete) sub=$a; break;; esac; done
+for a; do case "$a" in create|start|delete) sub=$a; break;; esac; done
 if [ "$sub" = %[2]q ] && mv "$dir/hold" "$dir/holding" 2>/dev/null; then
 	if [ "$sub" = delete ]; then exit 0; fi
 	runc "$@"; rc=$?
+	: > "$dir/ran"
 	while [ -f "$dir/holding" ]; do sleep 0.02; done
 	exit $rc
 fi
@@ -123,6 +125,52 @@ func TestSecondDeleteWhileTheFirstWaits(t *testing.T) {
 	}
 	got := nextEvents(t, events, 0, 3)
 	if s := topics(got); s != "/tasks/create /tasks/exit /tasks/delete" {
+		t.Errorf("topics = %s", s)
+	}
+}
+
+// TestInitKilledDuringCreateIsClaimed: something outside kills runc init after runc create has
+// started it but before Create has returned and registered its pid (containerd issue 9103). The
+// shim reaps that exit while Create is in flight; it must still be the task's, reported after
+// TaskCreate, or Wait never returns and State says CREATED forever.
+func TestInitKilledDuringCreateIsClaimed(t *testing.T) {
+	t.Parallel()
+	k, dir := holdingTask(t, "killedincreate", "create", "sleep", "100")
+	events := testkit.Events(t, k.D)
+	created := make(chan error, 1)
+	go func() {
+		_, err := k.Conn.Task.Create(k.Ctx(), k.CreateRequest())
+		created <- err
+	}()
+	testkit.Eventually(t, 20*time.Second, "runc create never returned", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ran"))
+		return err == nil
+	})
+	pid := testkit.ReadPid(t, filepath.Join(k.Bundle, "init.pid"))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Gone from /proc: the shim, runc init's subreaper, has reaped it while Create is held.
+	testkit.Eventually(t, 20*time.Second, "the killed runc init was never reaped", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return os.IsNotExist(err)
+	})
+	if err := os.Remove(filepath.Join(dir, "holding")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-created; err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := k.Conn.Task.Wait(ctx, &taskapi.WaitRequest{ID: k.ID})
+	if err != nil || resp.ExitStatus != 137 {
+		t.Fatalf("Wait: %v, %v; want exit status 137", resp, err)
+	}
+	if st := k.State(); st.Status != task.Status_STOPPED {
+		t.Errorf("State after the exit: %v", st.Status)
+	}
+	if s := topics(nextEvents(t, events, 0, 2)); s != "/tasks/create /tasks/exit" {
 		t.Errorf("topics = %s", s)
 	}
 }

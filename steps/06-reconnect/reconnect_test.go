@@ -320,3 +320,29 @@ func TestHungShimDoesNotDelayCleanup(t *testing.T) {
 	testkit.ExpectGone(t, pid, "container after the delete action")
 	testkit.ExpectGone(t, k.ShimPid, "hung shim after the delete action")
 }
+
+// TestDeleteActionDoesNotUnmountThroughASymlink: the delete action unmounts the bundle's rootfs
+// after a dead shim. When rootfs is a symlink (a bundle whose rootfs the shim never mounted), the
+// unmount must not follow it: the host's mount at the link's target is not the container's.
+func TestDeleteActionDoesNotUnmountThroughASymlink(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	bundle, err := d.CreateBundle("linked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := t.TempDir()
+	if err := syscall.Mount("tmpfs", hosts, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(hosts, syscall.MNT_DETACH) })
+	if err := os.Symlink(hosts, filepath.Join(bundle, "rootfs")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DeleteShim(context.Background(), "linked"); err != nil {
+		t.Fatal(err)
+	}
+	if got := mountsAt(t, hosts); got != 1 {
+		t.Errorf("%d mounts on the symlink's target after the delete action, want its 1", got)
+	}
+}
