@@ -112,7 +112,7 @@ check:
 # step READMEs, whose prose would otherwise be most of the diff.
 stepdiff:
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make stepdiff A=NN B=MM [READMES=1]"; exit 2; }
-	@diff -ruN $(if $(READMES),,-x README.md) $(wildcard steps/$(A)-*) $(wildcard steps/$(B)-*); true
+	@diff -ruN $(if $(filter 1,$(READMES)),,-x README.md) $(wildcard steps/$(A)-*) $(wildcard steps/$(B)-*); true
 
 # Code that must change together: files byte-identical across steps, and final/ functions whose
 # step counterpart differs in a way tools/stepsame/known.txt does not explain (a fix made on one
