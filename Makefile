@@ -116,10 +116,11 @@ check:
 	@test -n "$(EX)" || { echo "usage: make check EX=NN.N"; exit 2; }
 	$(GO) run ./tools/exercise check $(EX)
 
-# make stepdiff A=03 B=04: exactly what step B adds to step A.
+# make stepdiff A=03 B=04: exactly what step B adds to step A, code only; READMES=1 includes the
+# step READMEs, whose prose would otherwise be most of the diff.
 stepdiff:
-	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make stepdiff A=NN B=MM"; exit 2; }
-	@diff -ruN $(wildcard steps/$(A)-*) $(wildcard steps/$(B)-*); true
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make stepdiff A=NN B=MM [READMES=1]"; exit 2; }
+	@diff -ruN $(if $(filter 1,$(READMES)),,-x README.md) $(wildcard steps/$(A)-*) $(wildcard steps/$(B)-*); true
 
 # Code that must change together: files byte-identical across steps, and final/ functions whose
 # step counterpart differs in a way tools/stepsame/known.txt does not explain (a fix made on one
