@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -90,6 +91,11 @@ func (g *globals) traceDriver(d *driver.Driver) error {
 		return nil
 	}
 	d.Trace = t.trace
+	// A step shim appends its own trace points to the same file; it runs in the bundle, so the
+	// path must not be relative.
+	if abs, err := filepath.Abs(g.traceFile); err == nil {
+		d.Env = append(d.Env, driver.TraceEnv+"="+abs)
+	}
 	if !t.listen || t.events != nil || driver.Listening(d.TTRPCAddress) {
 		return nil
 	}
