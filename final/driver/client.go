@@ -47,7 +47,7 @@ func (d *Driver) Connect(ctx context.Context, id string) (*Conn, error) {
 	}
 	// The reconnect of step 06 and of containerd after a restart: the bundle, not memory, says
 	// where the shim is.
-	d.Trace.Add(Record{Kind: KindPoint, Participant: "shimctl", Name: "reads bootstrap.json: ttrpc at its address"})
+	d.Trace.Add(Record{Kind: KindPoint, Participant: "shimctl", Name: "reads bootstrap.json for the shim's address"})
 	c, err := Dial(ctx, b.Address)
 	if err == nil {
 		c.Task = d.Trace.Wrap(c.Task)
