@@ -12,8 +12,10 @@ import (
 )
 
 // scenario is what a diagram draws: shell commands run in a sandbox, with $SHIMCTL standing for
-// bin/shimctl with the step's shim, a private namespace ($NAMESPACE) and --trace, and
+// bin/shimctl with the step's shim, a private namespace ($NAMESPACE) and --trace $TRACE, and
 // $UNTRACED for the same without --trace, to wait for something without drawing the waiting.
+// A step shim started by a traced command adds its own trace points to $TRACE for as long as it
+// lives, so a wait that calls it would be drawn after all: such a wait reads $TRACE instead.
 type scenario struct {
 	step   string // the shim: "01".."06", or "" for the final shim
 	script string
@@ -22,7 +24,9 @@ type scenario struct {
 // scenarios are the diagrams `make docs` draws, by name (docs/diagrams/NAME.mmd). Each shows
 // the step's mechanism at work: steps 01 and 02 cannot run a container, so they show the shim's
 // life; steps 03 and 04 have no Wait, so the exit is read with State once the container is
-// done; step 06 lets the container exit while no shimctl is connected (exit.json tells when),
+// done (step 04 learns it is from the shim's trace point); step 05 runs runc through a wrapper
+// whose start returns only once the shim has held the container's exit, so the exit is early
+// every time; step 06 lets the container exit while no shimctl is connected (exit.json tells when),
 // and a later one finds the shim again (the events go to a `shimctl events` that listens throughout, as containerd
 // does).
 var scenarios = map[string]scenario{
@@ -38,10 +42,22 @@ until $UNTRACED task state demo | grep -q STOPPED; do sleep 0.05; done
 $SHIMCTL task state demo
 $SHIMCTL task delete demo`},
 	"04-subreaper": {"04", `$SHIMCTL run -d demo -- /bin/sh -c 'exit 3'
-until $UNTRACED task state demo | grep -q STOPPED; do sleep 0.05; done
+until grep -q "kept for State" "$TRACE"; do sleep 0.05; done
 $SHIMCTL task state demo
 $SHIMCTL task delete demo`},
-	"05-wait-events": {"05", `$SHIMCTL run --rm demo -- /bin/sh -c 'echo hi; exit 3'`},
+	"05-wait-events": {"05", `mkdir -p "$SHIMCTL_STATE"
+cat >"$SHIMCTL_STATE/runc" <<'END'
+#!/bin/sh
+runc "$@" || exit
+for a; do
+  if [ "$a" = start ]; then
+    until grep -q "held: its Start" "$SHIMWALK_TRACE"; do sleep 0.05; done
+  fi
+done
+END
+chmod +x "$SHIMCTL_STATE/runc"
+export SHIMWALK_RUNC="$SHIMCTL_STATE/runc"
+$SHIMCTL run --rm demo -- /bin/sh -c 'echo hi; exit 3'`},
 	"06-reconnect": {"06", `$SHIMCTL events >/dev/null 2>&1 &
 listener=$!
 until [ -S "$SHIMCTL_STATE/events.sock" ]; do sleep 0.05; done
@@ -111,8 +127,8 @@ func draw(t *testing.T, root, name string, sc scenario) (string, error) {
 	// A namespace per diagram keeps the containers' cgroups apart while diagrams run side by
 	// side. Commands may fail on purpose (a step that lacks an RPC): only the trace counts.
 	ns := "docs" + strings.ReplaceAll(name, "-", "")
-	script := fmt.Sprintf("NAMESPACE=%s\nUNTRACED='bin/shimctl -n %s --shim %s'\nSHIMCTL=\"$UNTRACED --trace %s\"\n%s\n",
-		ns, ns, shim, trace, sc.script)
+	script := fmt.Sprintf("NAMESPACE=%s\nTRACE=%s\nUNTRACED='bin/shimctl -n %s --shim %s'\nSHIMCTL=\"$UNTRACED --trace $TRACE\"\n%s\n",
+		ns, trace, ns, shim, sc.script)
 	_, stderr, err := s.run(root, script)
 	if _, statErr := os.Stat(trace); statErr != nil {
 		return "", fmt.Errorf("no trace: %v (%v)\n%s", statErr, err, stderr)
@@ -125,9 +141,11 @@ func draw(t *testing.T, root, name string, sc scenario) (string, error) {
 }
 
 // isEvent tells the lines of a diagram that events put there: where they fall among the calls
-// depends on when they arrived.
+// depends on when they arrived. The long-lived shim's own notes are among them: it runs beside
+// the commands (it starts serving while its helper exits, and handles an exit when it comes).
 func isEvent(line string) bool {
-	return strings.Contains(line, "-)") || strings.Contains(line, "seen through TaskExit")
+	return strings.Contains(line, "-)") || strings.Contains(line, "seen through TaskExit") ||
+		strings.HasPrefix(strings.TrimSpace(line), "Note over shim:")
 }
 
 // sameDiagram compares two diagrams masked: the lines in order, but the events as a set.

@@ -45,6 +45,9 @@ func (d *Driver) Connect(ctx context.Context, id string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The reconnect of step 06 and of containerd after a restart: the bundle, not memory, says
+	// where the shim is.
+	d.Trace.Add(Record{Kind: KindPoint, Participant: "shimctl", Name: "reads bootstrap.json for the shim's address"})
 	c, err := Dial(ctx, b.Address)
 	if err == nil {
 		c.Task = d.Trace.Wrap(c.Task)

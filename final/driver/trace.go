@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -37,7 +38,22 @@ const (
 	// KindCommand opens the records of one shimctl invocation in a trace file: Name is the
 	// command's path ("shimctl run"), Args its arguments.
 	KindCommand = "command"
+	// KindPoint is a step in a mechanism, told by the participant that took it: the driver
+	// (reading bootstrap.json) or, in a trace file, a step shim given SHIMWALK_TRACE (the
+	// start helper's re-exec, the reaper's routing of an exit). Name says what happened.
+	KindPoint = "point"
 )
+
+// TraceEnv names the file a step shim appends its trace points to (steps/*/trace.go).
+const TraceEnv = "SHIMWALK_TRACE"
+
+// Participants of trace points besides the driver's own ("shimctl"): the shim binary run for
+// one action (start, delete), the long-lived shim, and its reap loop.
+var pointParticipants = []struct{ id, label string }{
+	{"helper", "shim binary, start or delete"},
+	{"shim", "shim"},
+	{"reaper", "reaper"},
+}
 
 // Record is one thing the driver did or saw. It encodes to JSON as is; durations and offsets
 // are nanoseconds.
@@ -61,6 +77,11 @@ type Record struct {
 	// Time is when it happened on the wall clock; set in trace files only, where records of
 	// several processes meet.
 	Time time.Time `json:"time,omitzero"`
+	// Participant is who took a point, To whom it told (none for a step of its own), and Async
+	// whether the receiver takes it up later.
+	Participant string `json:"participant,omitempty"`
+	To          string `json:"to,omitempty"`
+	Async       bool   `json:"async,omitempty"`
 }
 
 // Trace records what a driver does. Its methods may be called from several goroutines; a nil
@@ -272,13 +293,26 @@ func (t *Trace) Mermaid() string {
 	return Mermaid(t.Records())
 }
 
-// Mermaid renders records, of one trace or of a trace file, as Trace.Mermaid does.
+// Mermaid renders records, of one trace or of a trace file, as Trace.Mermaid does. Trace
+// points add the participants that took them; with a start helper among them, the shim binary's
+// actions are drawn as calls to it rather than to the long-lived shim.
 func Mermaid(records []Record) string {
 	container := false
+	participants := map[string]bool{"shimctl": true, "shim": true}
 	for _, r := range records {
 		if r.Kind == KindExit || (r.Kind == KindRPC && r.Code == "OK" && runcCalls[r.Name] != "") {
 			container = true
 		}
+		if r.Kind == KindPoint {
+			participants[r.Participant] = true
+			if r.To != "" {
+				participants[r.To] = true
+			}
+		}
+	}
+	action := "shim"
+	if participants["helper"] {
+		action = "helper"
 	}
 	// A call is drawn as its request when it began and its reply when it ended, so that what
 	// happened in between (an event the shim forwarded while answering) shows in between.
@@ -299,7 +333,7 @@ func Mermaid(records []Record) string {
 			}
 			add(r.Offset, "Note over shimctl,shim: %s", mermaidText(strings.Join(line, " ")))
 		case KindExec:
-			add(r.Offset, "shimctl->>shim: exec %s", mermaidText(r.Name))
+			add(r.Offset, "shimctl->>%s: exec %s", action, mermaidText(r.Name))
 			reply := "exit 0"
 			switch {
 			case r.Error != "":
@@ -307,7 +341,7 @@ func Mermaid(records []Record) string {
 			case r.Address != "":
 				reply = fmt.Sprintf("version %d at %s", r.Version, r.Address)
 			}
-			add(r.Offset+r.Duration, "shim-->>shimctl: %s (%s)", mermaidText(reply), roundDuration(r.Duration))
+			add(r.Offset+r.Duration, "%s-->>shimctl: %s (%s)", action, mermaidText(reply), roundDuration(r.Duration))
 		case KindRPC:
 			add(r.Offset, "shimctl->>shim: %s", mermaidText(r.Name))
 			if r.Code == "OK" && runcCalls[r.Name] != "" {
@@ -323,6 +357,16 @@ func Mermaid(records []Record) string {
 			add(r.Offset+r.Duration, "shim-->>shimctl: %s (%s)", mermaidText(reply), roundDuration(r.Duration))
 		case KindEvent:
 			add(r.Offset, "shim-)shimctl: event %s %s", mermaidText(r.Name), mermaidText(r.Container))
+		case KindPoint:
+			from, to := mermaidID(r.Participant), mermaidID(r.To)
+			switch {
+			case to == "":
+				add(r.Offset, "Note over %s: %s", from, mermaidText(r.Name))
+			case r.Async:
+				add(r.Offset, "%s-)%s: %s", from, to, mermaidText(r.Name))
+			default:
+				add(r.Offset, "%s->>%s: %s", from, to, mermaidText(r.Name))
+			}
 		case KindExit:
 			if r.ExitStatus != nil {
 				add(r.Offset, "Note over shim,container: exit status %d, seen through %s", *r.ExitStatus, mermaidText(r.Name))
@@ -333,7 +377,20 @@ func Mermaid(records []Record) string {
 	var b strings.Builder
 	b.WriteString("sequenceDiagram\n")
 	b.WriteString("    participant shimctl as shimctl (containerd)\n")
-	b.WriteString("    participant shim\n")
+	for _, p := range pointParticipants {
+		if participants[p.id] {
+			if p.id == p.label {
+				fmt.Fprintf(&b, "    participant %s\n", p.id)
+			} else {
+				fmt.Fprintf(&b, "    participant %s as %s\n", p.id, p.label)
+			}
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(participants)) {
+		if p != "shimctl" && !slices.ContainsFunc(pointParticipants, func(q struct{ id, label string }) bool { return q.id == p }) {
+			fmt.Fprintf(&b, "    participant %s\n", mermaidID(p))
+		}
+	}
 	if container {
 		b.WriteString("    participant container as runc / container\n")
 	}
@@ -341,6 +398,17 @@ func Mermaid(records []Record) string {
 		b.WriteString(l.text)
 	}
 	return b.String()
+}
+
+// mermaidID makes a participant's name, which a trace file may hold anything in, a Mermaid
+// participant id: letters, digits and '_' only.
+func mermaidID(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 // mermaidWidth is the longest message text Mermaid is given.
@@ -470,6 +538,9 @@ func ReadTrace(r io.Reader, name string) ([]Record, error) {
 		}
 		if rec.Kind == "" || rec.Time.IsZero() {
 			return nil, fmt.Errorf("%s:%d: not a trace record: no kind or no time", name, n)
+		}
+		if rec.Kind == KindPoint && mermaidID(rec.Participant) == "" {
+			return nil, fmt.Errorf("%s:%d: a trace point names no participant", name, n)
 		}
 		records = append(records, rec)
 	}

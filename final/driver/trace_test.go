@@ -204,9 +204,10 @@ func TestTraceFileAddsUpInvocations(t *testing.T) {
 
 func TestReadTraceRefusesWhatIsNotATrace(t *testing.T) {
 	for name, text := range map[string]string{
-		"empty":    "",
-		"not json": `{"kind":"rpc","time":"2026-01-01T00:00:00Z"}` + "\nhello\n",
-		"no time":  `{"kind":"rpc","name":"State"}` + "\n",
+		"empty":             "",
+		"not json":          `{"kind":"rpc","time":"2026-01-01T00:00:00Z"}` + "\nhello\n",
+		"no time":           `{"kind":"rpc","name":"State"}` + "\n",
+		"a point of nobody": `{"kind":"point","time":"2026-01-01T00:00:00Z","name":"x"}` + "\n",
 	} {
 		_, err := ReadTrace(strings.NewReader(text), "t.jsonl")
 		if err == nil || !strings.HasPrefix(err.Error(), "t.jsonl") {
@@ -223,5 +224,65 @@ func TestMermaidQuotesTheCommandLine(t *testing.T) {
 	want := `Note over shimctl,shim: shimctl run --rm demo -- /bin/sh -c 'echo '\''hi'\'', exit 3' ''`
 	if !strings.Contains(got, want) {
 		t.Errorf("Mermaid() =\n%s\nwant a line\n%s", got, want)
+	}
+}
+
+// TestMermaidDrawsTracePoints merges a step shim's points, as its trace.go writes them, with the
+// driver's records of the same file: the start helper takes the exec arrows, each participant
+// is declared once in its place, and an async point is drawn as one.
+func TestMermaidDrawsTracePoints(t *testing.T) {
+	text := `{"offset":0,"kind":"exec","name":"start","duration":10000000,"address":"unix:///s/1","version":2,"time":"2026-01-01T00:00:00Z"}
+{"time":"2026-01-01T00:00:00.002Z","kind":"point","participant":"helper","name":"binds the socket (0600)"}
+{"time":"2026-01-01T00:00:00.003Z","kind":"point","participant":"helper","to":"shim","name":"re-exec: listener as fd 3"}
+{"time":"2026-01-01T00:00:00.020Z","kind":"point","participant":"shimctl","name":"reads bootstrap.json"}
+{"offset":0,"kind":"rpc","name":"Start","code":"OK","duration":5000000,"time":"2026-01-01T00:00:00.021Z"}
+{"time":"2026-01-01T00:00:00.023Z","kind":"point","participant":"reaper","to":"shim","name":"exited 3","async":true}
+{"time":"2026-01-01T00:00:00.024Z","kind":"point","participant":"side car","name":"a participant of its own"}
+`
+	records, err := ReadTrace(strings.NewReader(text), "t.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `sequenceDiagram
+    participant shimctl as shimctl (containerd)
+    participant helper as shim binary, start or delete
+    participant shim
+    participant reaper
+    participant side_car
+    participant container as runc / container
+    shimctl->>helper: exec start
+    Note over helper: binds the socket (0600)
+    helper->>shim: re-exec: listener as fd 3
+    helper-->>shimctl: version 2 at unix:///s/1 (10ms)
+    Note over shimctl: reads bootstrap.json
+    shimctl->>shim: Start
+    shim->>container: runc start
+    reaper-)shim: exited 3
+    Note over side_car: a participant of its own
+    shim-->>shimctl: OK (5ms)
+`
+	if got := Mermaid(records); got != want {
+		t.Errorf("Mermaid() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestConnectRecordsTheBootstrapRead: reconnecting is reading bootstrap.json, which the trace
+// shows as the driver's own point before the first call.
+func TestConnectRecordsTheBootstrapRead(t *testing.T) {
+	d := New(t.TempDir(), "ns", "/nonexistent")
+	d.Trace = NewTrace(nil)
+	if _, err := d.CreateBundle("demo"); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBootstrap(d.Bundle("demo"), Bootstrap{Version: 2, Address: "unix://" + filepath.Join(d.State, "none.sock"), Protocol: "ttrpc"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := d.Connect(context.Background(), "demo"); err == nil {
+		c.Close()
+	}
+	records := d.Trace.Records()
+	if len(records) != 1 || records[0].Kind != KindPoint || records[0].Participant != "shimctl" ||
+		!strings.Contains(records[0].Name, "bootstrap.json") {
+		t.Errorf("records of a Connect: %+v", records)
 	}
 }

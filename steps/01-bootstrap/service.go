@@ -34,6 +34,7 @@ func serve(o options) error {
 		// Owned by serve: closing the listener ends the accept loop below, which ends serve.
 		sig := <-signals
 		logger.Info("stopping", "signal", sig.String())
+		tracePoint("shim", "", false, "told to stop: closes the listener, removes the socket, exits")
 		ln.Close()
 	}()
 

@@ -49,12 +49,14 @@ func start(o options) error {
 	ln, err := listen(path)
 	if errors.Is(err, unix.EADDRINUSE) {
 		// A shim for this task already serves here: hand containerd the same address.
+		tracePoint("helper", "", false, "a shim already serves the socket: prints its address")
 		return writeAddress(address)
 	}
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
+	tracePoint("helper", "", false, "binds the socket (0600)")
 
 	f, err := ln.File()
 	if err != nil {
@@ -86,6 +88,7 @@ func start(o options) error {
 		return fmt.Errorf("start long-lived shim: %w", err)
 	}
 	pid := cmd.Process.Pid
+	tracePoint("helper", "shim", false, "re-exec: listener as fd 3, no stdio, Setpgid")
 	// containerd 1.6 reads address when it reconnects to running shims after a restart.
 	err = writeFile("shim.pid", strconv.Itoa(pid))
 	if err == nil {
@@ -103,6 +106,7 @@ func start(o options) error {
 	}
 	// The helper exits without waiting for the child; it is re-parented and lives on.
 	_ = cmd.Process.Release()
+	tracePoint("helper", "", false, "writes shim.pid, prints the address, exits")
 	return writeAddress(address)
 }
 
@@ -250,6 +254,7 @@ func inheritedListener() (*net.UnixListener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("fd 3 is a %T, not a unix listener", ln)
 	}
+	tracePoint("shim", "", false, "serves the listener it found as fd 3")
 	return ul, nil
 }
 
@@ -324,6 +329,7 @@ func deleteShim(o options) error {
 	}
 	pidFile := filepath.Join(bundle, "shim.pid")
 	if pid, err := readPid(pidFile); err == nil && isShim(pid, o.id) {
+		tracePoint("helper", "shim", false, "SIGTERM, then waits on a pidfd")
 		if err := stopProcess(pid, stopGrace); err != nil {
 			return fmt.Errorf("stop shim %d: %w", pid, err)
 		}

@@ -212,6 +212,7 @@ func (s *service) handleExits(ctx context.Context, q *exitQueue) {
 			if s.init != nil && s.init.pid == e.pid && s.init.exited == nil {
 				s.init.exited = &e
 				s.log.Info("init exited", "pid", e.pid, "status", e.status)
+				tracePoint("shim", "", false, "the init's exit, status %d, kept for State", e.status)
 			} else {
 				s.log.Debug("reaped", "pid", e.pid, "status", e.status)
 			}

@@ -248,6 +248,7 @@ func (s *service) handleExits(ctx context.Context, q *exitQueue) {
 			}
 			if held {
 				s.log.Info("exit held until its start is announced", "pid", e.pid, "status", e.status)
+				tracePoint("shim", "", false, "exit %d held: its Start has not sent TaskStart yet", e.status)
 			} else {
 				s.processExit(e)
 			}
@@ -363,6 +364,7 @@ func (s *service) Start(ctx context.Context, r *taskapi.StartRequest) (*taskapi.
 	// Another Start may have held the same exit and handled it already: processExit then finds
 	// the pid no longer running and does nothing.
 	for _, e := range h.exits {
+		tracePoint("shim", "", false, "TaskStart is out: the held exit %d goes on", e.status)
 		s.processExit(e)
 	}
 	s.mu.Unlock()

@@ -97,9 +97,11 @@ func (r *reaper) reap() {
 		}
 		r.mu.Unlock()
 		if isCmd {
+			tracePoint("reaper", "shim", false, "SIGCHLD, wait4: a runc command exited %d, to its caller", e.status)
 			cmd <- runc.Exit{Pid: pid, Status: e.status, Timestamp: e.at}
 			continue
 		}
+		tracePoint("reaper", "shim", true, "SIGCHLD, wait4: not a runc command, exited %d, to the service", e.status)
 		for _, q := range subs {
 			q.push(e)
 		}

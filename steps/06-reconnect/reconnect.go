@@ -36,6 +36,7 @@ func writeExitFile(bundle string, e exit) error {
 	if err != nil {
 		return fmt.Errorf("encode exit.json: %w", err)
 	}
+	tracePoint("shim", "", false, "writes exit.json (status %d) before TaskExit", e.status)
 	return writeFile(filepath.Join(bundle, "exit.json"), string(data))
 }
 
@@ -45,6 +46,7 @@ func recoverExit(bundle string) exitRecord {
 	if data, err := os.ReadFile(filepath.Join(bundle, "exit.json")); err == nil {
 		var r exitRecord
 		if json.Unmarshal(data, &r) == nil && r.Pid > 0 {
+			tracePoint("helper", "", false, "reads the exit from exit.json: status %d", r.ExitStatus)
 			return r
 		}
 	}

@@ -230,6 +230,9 @@ func demoWrap(s, first, rest string) string {
 
 // record narrates a trace record as it is added.
 func (m *demo) record(r driver.Record) {
+	if r.Kind == driver.KindPoint {
+		return // the demo tells the mechanisms in its own words, each where it shows them
+	}
 	fields := map[string]any{}
 	data, _ := json.Marshal(r)
 	_ = json.Unmarshal(data, &fields)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -90,6 +91,11 @@ func (g *globals) traceDriver(d *driver.Driver) error {
 		return nil
 	}
 	d.Trace = t.trace
+	// A step shim appends its own trace points to the same file; it runs in the bundle, so the
+	// path must not be relative.
+	if abs, err := filepath.Abs(g.traceFile); err == nil {
+		d.Env = append(d.Env, driver.TraceEnv+"="+abs)
+	}
 	if !t.listen || t.events != nil || driver.Listening(d.TTRPCAddress) {
 		return nil
 	}
@@ -143,7 +149,9 @@ shim did, one JSON object a line: the command itself ("command"), each run of
 the shim binary with its command line, duration and bootstrap reply ("exec"),
 each Task RPC with its duration and status code ("rpc"), each event the shim
 forwarded ("event") and each exit that Wait or a TaskExit event reported
-("exit"). While it runs, a traced command serves the events service itself
+("exit"). A step shim adds its own trace points ("point": the start helper's
+re-exec, the reaper's routing of an exit) to FILE, which shimctl names to it
+in SHIMWALK_TRACE; shimctl adds one where it reads bootstrap.json. While it runs, a traced command serves the events service itself
 when no "shimctl events" does. Times are wall-clock ("time"), so the commands
 of one experiment add up to one trace.`,
 		Example: `  shimctl --trace run.jsonl --shim bin/containerd-shim-step05-v2 run --rm demo -- /bin/sh -c 'echo hi; exit 3'
