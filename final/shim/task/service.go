@@ -201,10 +201,6 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}
 	s.mu.Lock()
 	for {
-		if s.stopping {
-			s.mu.Unlock()
-			return nil, rpcError(fmt.Errorf("task %s: the shim is shutting down: %w", r.ID, errdefs.ErrUnavailable))
-		}
 		if s.containers[r.ID] != nil {
 			s.mu.Unlock()
 			return nil, rpcError(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
@@ -224,6 +220,13 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 			return nil, rpcError(fmt.Errorf("task %s: waiting for the Create in flight: %w", r.ID, ctx.Err()))
 		}
 		s.mu.Lock()
+		if s.stopping {
+			// The Create waited for left nothing and ended the shim: a task made now would be
+			// served by nobody. (A Create that comes once the shim stops is refused by the
+			// server; this one was let in before.)
+			s.mu.Unlock()
+			return nil, rpcError(fmt.Errorf("task %s: the shim is shutting down: %w", r.ID, errdefs.ErrUnavailable))
+		}
 	}
 	done := make(chan struct{})
 	s.creating[r.ID] = done
@@ -295,7 +298,7 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}
 	c := &container{id: r.ID, init: p, execs: map[string]*process.Exec{}}
 	s.mu.Lock()
-	if abandoned := s.stopping || s.shutdownAsked || errors.Is(ctx.Err(), context.Canceled); abandoned {
+	if abandoned := s.shutdownAsked || errors.Is(ctx.Err(), context.Canceled); abandoned {
 		// Its caller gave up on it (went away, or asked the shim to go once the Create had
 		// failed for it): a task added now would be one nobody serves or ever deletes.
 		s.mu.Unlock()
