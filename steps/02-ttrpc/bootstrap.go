@@ -339,7 +339,9 @@ func deleteShim(o options) error {
 			return fmt.Errorf("clean up: %w", err)
 		}
 	}
-	// No container ran in this step: report what containerd reports for a task that was killed.
+	// Before step 06 nothing records an exit, and a container this shim ran (from step 03 on) is
+	// left as it is: step 06 adds exit.json and the cleanup of a dead shim's container. Report
+	// what containerd reports for a task that was killed.
 	resp := &taskapi.DeleteResponse{ExitStatus: 128 + uint32(unix.SIGKILL), ExitedAt: timestamppb.Now()}
 	data, err := proto.Marshal(resp)
 	if err != nil {
