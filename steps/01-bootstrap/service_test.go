@@ -48,7 +48,7 @@ func greet(t *testing.T, b driver.Bootstrap) hello {
 func TestGreeting(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	b, pid, _ := startShim(t, d, "hello")
+	b, pid := startShim(t, d, "hello")
 	for i := 0; i < 3; i++ { // every connection gets the same answer
 		if got := greet(t, b); got != (hello{"hello", "test", pid}) {
 			t.Errorf("greeting = %+v, want id hello, namespace test, pid %d", got, pid)
@@ -61,7 +61,7 @@ func TestGreeting(t *testing.T) {
 func TestAcceptBacksOff(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	b, pid, _ := startShim(t, d, "emfile")
+	b, pid := startShim(t, d, "emfile")
 	greet(t, b) // serving, with its log and listener open
 	// No descriptor may be opened: every Accept fails with EMFILE.
 	var old unix.Rlimit

@@ -30,7 +30,7 @@ func rpcContext(t *testing.T) context.Context {
 func TestConnectAndState(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	b, pid, _ := startShim(t, d, "svc")
+	b, pid := startShim(t, d, "svc")
 	c := dial(t, b)
 	ctx := rpcContext(t)
 
@@ -54,7 +54,7 @@ func TestConnectAndState(t *testing.T) {
 func TestUnimplementedNamesItsStep(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	b, _, _ := startShim(t, d, "unimpl")
+	b, _ := startShim(t, d, "unimpl")
 	task := dial(t, b).Task
 	ctx := rpcContext(t)
 	calls := map[string]func() error{
@@ -88,7 +88,7 @@ func TestUnimplementedNamesItsStep(t *testing.T) {
 func TestOtherUserIsRefused(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	b, pid, _ := startShim(t, d, "creds")
+	b, pid := startShim(t, d, "creds")
 	// Open the file modes so that only the credential check stands between nobody and the shim.
 	for _, p := range []string{filepath.Dir(filepath.Dir(b.SocketPath())), filepath.Dir(b.SocketPath())} {
 		if err := os.Chmod(p, 0o711); err != nil {
@@ -116,7 +116,7 @@ func TestOtherUserIsRefused(t *testing.T) {
 func TestShutdown(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	b, pid, _ := startShim(t, d, "down")
+	b, pid := startShim(t, d, "down")
 	ctx := rpcContext(t)
 	// The reply comes before the shim goes: a closed connection is no answer (containerd
 	// tolerates one, but the shim does not count on that).
@@ -134,7 +134,7 @@ func TestShutdown(t *testing.T) {
 func TestGarbageDoesNotKillTheShim(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
-	b, pid, _ := startShim(t, d, "garbage")
+	b, pid := startShim(t, d, "garbage")
 	send := func(data []byte) {
 		conn, err := net.Dial("unix", b.SocketPath())
 		if err != nil {
