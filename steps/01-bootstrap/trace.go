@@ -3,7 +3,8 @@
 // Trace points for the walkthrough's diagrams (since step 01): when SHIMWALK_TRACE names a file
 // (shimctl --trace hands the shim its own), each point is appended to it as one JSON line with
 // the wall-clock time, which shimctl merges with what it saw itself. containerd's runc shim has
-// no such thing; its nearest relative is the debug logging of pkg/shim/shim.go (log.G).
+// no such thing; its nearest relative in containerd v2.4 is the debug logging of pkg/shim/shim.go
+// (log.G).
 package main
 
 import (

@@ -3,7 +3,7 @@
 // The callers' connections (since step 02), counted so that a Shutdown's reply reaches its
 // caller before the shim goes. ttrpc's Server.Shutdown closes every connection it finds idle,
 // and a connection whose Shutdown reply is still queued can look idle: the caller then sees the
-// connection closed instead of the reply. containerd takes that for success (shimTask.delete in
+// connection closed instead of the reply. containerd v2.4 takes that for success (shimTask.delete in
 // core/runtime/v2/shim.go); the shim does not rely on it. containerd's own shim (pkg/shim)
 // has the same race.
 package main
