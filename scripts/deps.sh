@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what shimwalk's demo and tests need, when missing: runc, crun, criu, containerd,
-# busybox-static and e2fsprogs (mkfs.ext4, for the loop-mount test) from Debian, and staticcheck,
-# containerd 2.x and crictl from the Go module proxy. Safe to run again; says what it did.
-# `deps.sh demo` installs only what make demo runs (runc and busybox-static), so that a fresh
-# machine shows the demo without first building containerd 2.x, which only the tests use.
+# busybox-static, e2fsprogs (mkfs.ext4, for the loop-mount test) and procps (ps, which the demo,
+# the pod lab and the walkthrough's output run) from Debian, and staticcheck, containerd 2.x and
+# crictl from the Go module proxy. Safe to run again; says what it did.
+# `deps.sh demo` installs only what make demo runs (runc, busybox-static and procps), so that a
+# fresh machine shows the demo without first building containerd 2.x, which only the tests use.
 set -euo pipefail
 
 what=${1:-all}
 case $what in
-all) pairs="runc:runc crun:crun criu:criu containerd:containerd ctr:containerd busybox:busybox-static mkfs.ext4:e2fsprogs" ;;
-demo) pairs="runc:runc busybox:busybox-static" ;;
+all) pairs="runc:runc crun:crun criu:criu containerd:containerd ctr:containerd busybox:busybox-static mkfs.ext4:e2fsprogs ps:procps" ;;
+demo) pairs="runc:runc busybox:busybox-static ps:procps" ;;
 *) echo "usage: deps.sh [all|demo]" >&2; exit 2 ;;
 esac
 
