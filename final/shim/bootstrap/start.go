@@ -452,6 +452,9 @@ func openLogFIFO(name string) (*os.File, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return nil, fmt.Errorf("%s is not a FIFO", name)
 	}
+	if testLogFIFOChecked != nil {
+		testLogFIFOChecked()
+	}
 	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", h), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
@@ -462,3 +465,6 @@ func openLogFIFO(name string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), name), nil
 }
+
+// testLogFIFOChecked, set by a test, runs between the check of the log FIFO and its open.
+var testLogFIFOChecked func()
