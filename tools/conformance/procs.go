@@ -195,14 +195,28 @@ func flagValue(args []string, name string) string {
 	return ""
 }
 
-// cgroupSet is the cgroup directories below root (root included) that exist now.
-func cgroupSet(root string) map[string]bool {
+// cgroupHierarchies are the roots of this host's cgroup hierarchies: each v1 controller's and
+// the v2 one (on a v1 or hybrid host /sys/fs/cgroup itself is a tmpfs that holds them).
+func cgroupHierarchies() []string {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	return append(roots, "/sys/fs/cgroup")
+}
+
+// suiteCgroups are the cgroup directories of the suite's namespaces in hierarchies that exist
+// now: containerd puts a container's cgroup below its namespace, and the suite uses "testing"
+// and, for some tests, "testing-<test>".
+func suiteCgroups(hierarchies []string) map[string]bool {
 	set := map[string]bool{}
-	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			set[p] = true
+	for _, h := range hierarchies {
+		nss, _ := filepath.Glob(filepath.Join(h, suiteNamespace+"-*"))
+		for _, ns := range append(nss, filepath.Join(h, suiteNamespace)) {
+			_ = filepath.WalkDir(ns, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					set[p] = true
+				}
+				return nil
+			})
 		}
-		return nil
-	})
+	}
 	return set
 }

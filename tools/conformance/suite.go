@@ -34,7 +34,6 @@ const (
 	suiteState     = "/run/containerd-test"
 	suiteRoot      = "/var/lib/containerd-test"
 	suiteNamespace = "testing"
-	cgroupRoot     = "/sys/fs/cgroup/" + suiteNamespace
 	suiteLock      = suiteState + ".lock"
 )
 
@@ -117,7 +116,7 @@ func runCmd(ctx context.Context, args []string) error {
 	}
 	// Nothing records which cgroups of the suite's namespace an earlier run or anything else
 	// made: only those that appear from here on are this run's to remove.
-	cgroupsBefore := cgroupSet(cgroupRoot)
+	cgroupsBefore := suiteCgroups(cgroupHierarchies())
 	// A partial run's directory holds only this run's results, never an older partial run's.
 	if o.partial {
 		if err := os.RemoveAll(runDir); err != nil {
@@ -524,10 +523,7 @@ func cleanupFiles(work string, before map[string]bool) []string {
 		err := syscall.Unmount(m, syscall.MNT_DETACH)
 		left = append(left, fmt.Sprintf("mount %s (unmount: %v)", m, err))
 	}
-	for _, d := range emptyCgroups(cgroupRoot) {
-		if before == nil || before[d] {
-			continue
-		}
+	for _, d := range newEmptyCgroups(cgroupHierarchies(), before) {
 		if err := os.Remove(d); err == nil {
 			left = append(left, "cgroup "+d)
 		}
@@ -619,16 +615,24 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// emptyCgroups lists the cgroups below root that hold no process, deepest first, root last.
-func emptyCgroups(root string) []string {
-	var dirs []string
-	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
+// newEmptyCgroups lists the suite's cgroups (suiteCgroups) in hierarchies that are not in
+// before and hold no process, deepest first; none when before is nil.
+func newEmptyCgroups(hierarchies []string, before map[string]bool) []string {
+	if before == nil {
 		return nil
+	}
+	var dirs []string
+	for d := range suiteCgroups(hierarchies) {
+		if !before[d] {
+			dirs = append(dirs, d)
+		}
+	}
+	sort.Slice(dirs, func(i, j int) bool {
+		if len(dirs[i]) != len(dirs[j]) {
+			return len(dirs[i]) > len(dirs[j])
+		}
+		return dirs[i] < dirs[j]
 	})
-	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
 	var empty []string
 	for _, d := range dirs {
 		procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))

@@ -110,3 +110,39 @@ func TestShimRunDeadline(t *testing.T) {
 		t.Errorf("regressions %q, want TestHang and TestLater", got)
 	}
 }
+
+// TestNewEmptyCgroups: of the suite's namespaces' cgroups, in every hierarchy (a v1 or hybrid
+// host has one per controller), only the empty ones that were not there before the run are
+// removed; another namespace's are never looked at.
+func TestNewEmptyCgroups(t *testing.T) {
+	root := t.TempDir()
+	hiers := []string{filepath.Join(root, "pids"), filepath.Join(root, "memory")}
+	mk := func(dir, procs string) string {
+		d := filepath.Join(root, dir)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(procs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	mk("pids/testing", "")
+	mk("pids/testing/old", "")
+	mk("pids/other/new", "")
+	before := suiteCgroups(hiers)
+	mk("pids/testing/new", "")
+	mk("pids/testing/busy", "42\n")
+	mk("memory/testing-TestX", "")
+	mk("memory/testing-TestX/c", "")
+	mk("pids/other/newer", "")
+	got := newEmptyCgroups(hiers, before)
+	// Deepest (longest) first, so that a cgroup goes before its parent.
+	want := []string{filepath.Join(root, "memory/testing-TestX/c"), filepath.Join(root, "memory/testing-TestX"), filepath.Join(root, "pids/testing/new")}
+	if !slices.Equal(got, want) {
+		t.Errorf("newEmptyCgroups = %q, want %q", got, want)
+	}
+	if got := newEmptyCgroups(hiers, nil); got != nil {
+		t.Errorf("with nothing recorded before: %q, want none", got)
+	}
+}
