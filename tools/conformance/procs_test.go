@@ -15,11 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// startDaemon starts a shell that puts script in a session of its own, in the background, and
-// exits, as containerd's shim start does; it returns the daemon's PID once its starter is gone.
-func startDaemon(t *testing.T, script string) int {
+// startDaemon starts a shell that puts a sleep whose command line is name in a session of its
+// own, in the background, and exits, as containerd's shim start does; it returns the daemon's
+// PID once its starter is gone. The daemon has no child that killing it would leave behind.
+func startDaemon(t *testing.T, name string) int {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", `setsid sh -c "$1" sh </dev/null >/dev/null 2>&1 & echo $!`, "sh", script)
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `setsid bash -c 'exec -a "$0" sleep 1000' "$1" </dev/null >/dev/null 2>&1 & echo $!`, "sh", name)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -55,14 +59,14 @@ func TestEndDescendantsSparesBystanders(t *testing.T) {
 	}
 	// Started before the tool becomes a subreaper, it re-parents to init (or whoever reaps for
 	// the test binary), not to the tool.
-	bystander := startDaemon(t, "sleep 1000; : "+suiteState)
+	bystander := startDaemon(t, "tail -f "+suiteState+"/containerd.log")
 	t.Cleanup(func() { _ = syscall.Kill(bystander, syscall.SIGKILL) })
 
 	if err := becomeSubreaper(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
-	ours := startDaemon(t, "sleep 1000; : "+suiteState)
+	ours := startDaemon(t, "containerd-shim-runc-v2 -address "+suiteState+"/containerd.sock")
 	if st, _ := readStat(ours); st.ppid != os.Getpid() {
 		t.Fatalf("the daemon %d has parent %d, want the subreaper %d", ours, st.ppid, os.Getpid())
 	}
