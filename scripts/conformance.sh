@@ -8,7 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CONTAINERD2_VERSION=v2.4.2
+# The version is the one scripts/containerd2.sh builds, read from there as final/driver does.
+CONTAINERD2_VERSION=$(sed -n 's/^CONTAINERD2_VERSION=\(v[0-9][0-9.]*\)[[:space:]]*$/\1/p' scripts/containerd2.sh)
+if [[ -z $CONTAINERD2_VERSION || $CONTAINERD2_VERSION == *$'\n'* ]]; then
+	echo "conformance: scripts/containerd2.sh must set CONTAINERD2_VERSION=vX.Y.Z once" >&2
+	exit 1
+fi
 cache=${SHIMWALK_CACHE:-/var/cache/shimwalk}/containerd-$CONTAINERD2_VERSION
 src=$cache/src
 out=$cache/conformance

@@ -40,6 +40,10 @@ type ContainerdConfig struct {
 	LogLevel string
 	// Extra is TOML appended to the config, for plugin sections such as CRI's (tools/labpod).
 	Extra string
+	// SharedNamespace says that the namespace's cgroups are not this containerd's alone: "k8s.io"
+	// on a Kubernetes node holds the node's pods. Stop then removes only the namespace's cgroups
+	// that were not there when StartContainerd began, instead of every empty one.
+	SharedNamespace bool
 }
 
 // Disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
@@ -161,9 +165,12 @@ type Containerd struct {
 	Binary       string
 	CtrBinary    string
 
-	cfg  ContainerdConfig
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
+	cfg ContainerdConfig
+	// cgroupsBefore are the namespace's cgroups that existed at StartContainerd, for a
+	// SharedNamespace: Stop leaves them.
+	cgroupsBefore map[string]bool
+	cmd           *exec.Cmd
+	done          chan struct{} // closed when cmd has been waited for
 }
 
 // StartContainerd writes cfg's config.toml and starts containerd on it, returning once it
@@ -179,6 +186,9 @@ func StartContainerd(cfg ContainerdConfig) (*Containerd, error) {
 		Binary:       cfg.Binary,
 		CtrBinary:    cfg.Ctr,
 		cfg:          cfg,
+	}
+	if cfg.SharedNamespace {
+		c.cgroupsBefore = CgroupDirs(cfg.Namespace)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("containerd dir: %w", err)
@@ -294,7 +304,8 @@ func (c *Containerd) Kill() {
 }
 
 // Stop ends containerd, kills every shim it left running (containerd leaves shims running by
-// design), and removes the cgroups of its namespace, which must be empty by then.
+// design), and removes the cgroups of its namespace, which must be empty by then: for a
+// SharedNamespace, only those it made.
 func (c *Containerd) Stop() {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -305,6 +316,10 @@ func (c *Containerd) Stop() {
 	}
 	for _, pid := range ShimsOf(c.Address) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if c.cfg.SharedNamespace {
+		RemoveCgroupsExcept(c.cgroupsBefore, c.Namespace)
+		return
 	}
 	RemoveCgroups(c.Namespace)
 }
@@ -378,19 +393,45 @@ func hasArgs(pid int, flag, value string) bool {
 
 // RemoveCgroups removes the (by now empty) cgroup directories at paths below each hierarchy's
 // root, deepest first. A cgroup that still holds a process stays.
-func RemoveCgroups(paths ...string) {
+func RemoveCgroups(paths ...string) { RemoveCgroupsExcept(nil, paths...) }
+
+// cgroupRoots are the hierarchies' roots: each v1 controller's and the v2 (or hybrid) one.
+func cgroupRoots() []string {
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	roots = append(roots, "/sys/fs/cgroup")
-	for _, root := range roots {
-		for _, p := range paths {
-			var dirs []string
-			_ = filepath.WalkDir(filepath.Join(root, p), func(path string, d os.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, path)
-				}
-				return nil
-			})
-			for i := len(dirs) - 1; i >= 0; i-- {
+	return append(roots, "/sys/fs/cgroup")
+}
+
+// cgroupTree is the directories at and below path in every hierarchy, parents first.
+func cgroupTree(path string) []string {
+	var dirs []string
+	for _, root := range cgroupRoots() {
+		_ = filepath.WalkDir(filepath.Join(root, path), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+	}
+	return dirs
+}
+
+// CgroupDirs are the cgroup directories at and below paths in every hierarchy now.
+func CgroupDirs(paths ...string) map[string]bool {
+	set := map[string]bool{}
+	for _, p := range paths {
+		for _, d := range cgroupTree(p) {
+			set[d] = true
+		}
+	}
+	return set
+}
+
+// RemoveCgroupsExcept is RemoveCgroups for the directories not in keep (none for nil).
+func RemoveCgroupsExcept(keep map[string]bool, paths ...string) {
+	for _, p := range paths {
+		dirs := cgroupTree(p)
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if !keep[dirs[i]] {
 				_ = os.Remove(dirs[i]) // fails, as it should, while a process is inside
 			}
 		}

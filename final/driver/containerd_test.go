@@ -3,7 +3,9 @@
 package driver
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,5 +53,57 @@ func TestContainerdVersionsRefuseWhatIsNoVersion(t *testing.T) {
 	}
 	if _, _, err := Containerd2Dir(repoWith(t, "CONTAINERD2_VERSION=(v2.2.9 v2.4.2)\n")); err == nil {
 		t.Errorf("Containerd2Dir took two versions")
+	}
+}
+
+// TestStopLeavesASharedNamespacesCgroups: a private containerd on a namespace it shares with the
+// host ("k8s.io" on a Kubernetes node) removes, when it stops, the empty cgroups of that
+// namespace it made and none of those that were there before it started.
+func TestStopLeavesASharedNamespacesCgroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("requirement missing in CI: these tests run as root")
+		}
+		t.Skip("cgroups are root's")
+	}
+	// A hierarchy to make cgroups in: the v2 root, or on a v1 (or hybrid) host the pids one.
+	hier := "/sys/fs/cgroup"
+	if _, err := os.Stat(filepath.Join(hier, "cgroup.procs")); err != nil {
+		hier = "/sys/fs/cgroup/pids"
+	}
+	ns := fmt.Sprintf("shimwalk-drivertest-%d", os.Getpid())
+	nodes := filepath.Join(hier, ns, "node-pod")
+	if err := os.MkdirAll(nodes, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { RemoveCgroups(ns) })
+
+	// containerd is stood in for by a process that waits for Stop's SIGTERM, ctr by true: Stop's
+	// cgroup removal is what is tested.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "containerd")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctr, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := StartContainerd(ContainerdConfig{Dir: filepath.Join(dir, "ctd"), Namespace: ns, Binary: bin, Ctr: ctr,
+		RuncRoot: filepath.Join(dir, "runc"), ConfigVersion: 3, SharedNamespace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(hier, ns, "lab", "pod")
+	if err := os.MkdirAll(mine, 0o755); err != nil {
+		c.Stop()
+		t.Fatal(err)
+	}
+	c.Stop()
+	if _, err := os.Stat(nodes); err != nil {
+		t.Errorf("the node's cgroup %s, there before containerd started, was removed: %v", nodes, err)
+	}
+	if _, err := os.Stat(filepath.Dir(mine)); !os.IsNotExist(err) {
+		t.Errorf("containerd's own cgroup %s is still there: %v", filepath.Dir(mine), err)
 	}
 }

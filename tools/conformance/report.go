@@ -124,12 +124,17 @@ func table(ref, final map[string]*outcome) string {
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
+	// A run cut short (-shim-timeout, -starts) never got to some tests: they are counted too.
 	count := func(res map[string]*outcome) string {
 		c := map[string]int{}
-		for _, o := range res {
-			c[word(o)]++
+		for _, n := range sorted {
+			c[word(res[n])]++
 		}
-		return fmt.Sprintf("%d pass, %d fail, %d hung, %d skip", c["pass"], c["fail"], c["hung"], c["skip"])
+		line := fmt.Sprintf("%d pass, %d fail, %d hung, %d skip", c["pass"], c["fail"], c["hung"], c["skip"])
+		if c["not run"] > 0 {
+			line += fmt.Sprintf(", %d not run", c["not run"])
+		}
+		return line
 	}
 	var b strings.Builder
 	reg := regressions(ref, final)

@@ -4,8 +4,10 @@
 // integration/client) starts its own containerd at fixed paths (/run/containerd-test,
 // /var/lib/containerd-test), namespace "testing", and stops it when done; a run that dies or
 // times out leaves that containerd, its shims, their runc containers, mounts and cgroups. What
-// is left is found by what only this run uses (those paths; runc containers and cgroups that were
-// not there before) and ended by PID, never by a process name, since other containerds may run.
+// is left is found by what only this run made (the tool's descendants, procs.go; runc containers
+// below the suite's paths; cgroups that were not there before) and ended by PID, never by a
+// process name, since other containerds may run. An earlier run that was itself killed is
+// cleaned up after once before the first start.
 package main
 
 import (
@@ -32,7 +34,6 @@ const (
 	suiteState     = "/run/containerd-test"
 	suiteRoot      = "/var/lib/containerd-test"
 	suiteNamespace = "testing"
-	cgroupRoot     = "/sys/fs/cgroup/" + suiteNamespace
 	suiteLock      = suiteState + ".lock"
 )
 
@@ -53,7 +54,8 @@ func runCmd(ctx context.Context, args []string) error {
 		suite, ctrdBin, shimBin, fpBin  string
 		busybox, runExpr, timeout, only string
 		pkgDir                          string
-		hang                            time.Duration
+		hang, shimTimeout               time.Duration
+		starts                          int
 	)
 	o.flags(fs)
 	fs.StringVar(&suite, "suite", "", "the integration/client test binary (go test -c)")
@@ -64,10 +66,15 @@ func runCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&busybox, "busybox", "/bin/busybox", "static busybox the stand-in images are built from")
 	fs.StringVar(&runExpr, "run", "", "only the suite's tests matching this -test.run expression")
 	fs.StringVar(&timeout, "timeout", "40m", "the suite's -test.timeout per shim")
-	fs.DurationVar(&hang, "hang", 2*time.Minute, "a run without test events this long is stopped, its running tests recorded as hung")
+	fs.DurationVar(&hang, "hang", 2*time.Minute, "a start without a test event this long since its last one is stopped, its running tests recorded as hung")
+	fs.DurationVar(&shimTimeout, "shim-timeout", 15*time.Minute, "all starts of the suite for one shim end by then; its tests not run by then are reported as not run")
+	fs.IntVar(&starts, "starts", 6, "at most this many starts of the suite per shim (the first and its restarts after a hang)")
 	fs.StringVar(&only, "shim", "", "run only this shim (reference or final), keep the other's last results")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if starts < 1 || shimTimeout <= 0 || hang <= 0 {
+		return fmt.Errorf("run: -starts, -shim-timeout and -hang must be positive")
 	}
 	if only != "" && only != shims[0].name && only != shims[1].name {
 		return fmt.Errorf("run: -shim %q: want %s or %s", only, shims[0].name, shims[1].name)
@@ -101,6 +108,15 @@ func runCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("run: lock %s: %w", suiteLock, err)
 		}
 	}
+	if err := becomeSubreaper(); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	for _, l := range cleanupStale() {
+		fmt.Println("conformance: cleaned up after an earlier run:", l)
+	}
+	// Nothing records which cgroups of the suite's namespace an earlier run or anything else
+	// made: only those that appear from here on are this run's to remove.
+	cgroupsBefore := suiteCgroups(cgroupHierarchies())
 	// A partial run's directory holds only this run's results, never an older partial run's.
 	if o.partial {
 		if err := os.RemoveAll(runDir); err != nil {
@@ -149,9 +165,15 @@ func runCmd(ctx context.Context, args []string) error {
 			"TEST_SNAPSHOTTER": "",
 		})
 		t0 := time.Now()
-		left, runErr := runShim(ctx, suite, pkgDir, s.name, runDir, env, runExpr, timeout, hang)
+		sr := &shimRun{suite: suite, pkgDir: pkgDir, name: s.name, out: runDir, env: env, runExpr: runExpr,
+			timeout: timeout, hang: hang, total: shimTimeout, starts: starts,
+			clean: func(work string) []string { return cleanup(work, cgroupsBefore) }}
+		left, runErr := sr.run(ctx)
 		d := time.Since(t0).Round(time.Second)
 		fmt.Printf("conformance: %s (%s) ran %s: %v\n", s.name, s.runtime, d, runErr)
+		if sr.cutShort != "" {
+			fmt.Printf("conformance: %s: %s; the tests it did not get to are reported as not run\n", s.name, sr.cutShort)
+		}
 		for _, l := range left {
 			fmt.Println("conformance: cleaned up after the run:", l)
 		}
@@ -192,23 +214,38 @@ func suiteEnv(base []string, set map[string]string) []string {
 	return env
 }
 
-// runShim runs the suite for one shim into out/<name>.json (test2json events) and out/<name>.log
-// (the suite's stderr: its containerd's log). The suite waits for some things without a
-// deadline, and a shim that never reports an exit would hold the whole run until -test.timeout
-// ends it and every result with it. So a run without any event for hang is stopped, what it
-// left is cleaned up, the tests still running are recorded as hung, and the suite is started
-// again without them and without those already done.
-func runShim(ctx context.Context, suite, pkgDir, name, out string, env []string, runExpr, timeout string, hang time.Duration) ([]string, error) {
-	jf, err := os.Create(filepath.Join(out, name+".json"))
+// shimRun is the suite's runs for one shim: out/<name>.json gets their test2json events and
+// out/<name>.log their containerd's log. The suite waits for some things without a deadline,
+// and a shim that never reports an exit would hold the whole run until -test.timeout ends it and
+// every result with it. So a start without any event for hang is stopped, what it left is
+// cleaned up, the tests still running are recorded as hung, and the suite is started again
+// without them and without those already done; and all starts together get total and at most
+// starts, so that a shim that hangs test after test cannot hold the run for hours.
+type shimRun struct {
+	suite, pkgDir, name, out string
+	env                      []string
+	runExpr, timeout         string
+	hang, total              time.Duration
+	starts                   int
+	clean                    func(work string) []string // ends what one start left
+
+	// cutShort says why the run stopped before the suite was done, "" when it was not.
+	cutShort string
+}
+
+func (r *shimRun) run(ctx context.Context) ([]string, error) {
+	jf, err := os.Create(filepath.Join(r.out, r.name+".json"))
 	if err != nil {
 		return nil, err
 	}
 	defer jf.Close()
-	lf, err := os.Create(filepath.Join(out, name+".log"))
+	lf, err := os.Create(filepath.Join(r.out, r.name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	defer lf.Close()
+	runCtx, cancel := context.WithTimeout(ctx, r.total)
+	defer cancel()
 	var left []string
 	skip := map[string]bool{}
 	for attempt := 1; ; attempt++ {
@@ -220,14 +257,17 @@ func runShim(ctx context.Context, suite, pkgDir, name, out string, env []string,
 		if err != nil {
 			return left, err
 		}
-		if err := os.CopyFS(filepath.Join(work, "testdata"), os.DirFS(filepath.Join(pkgDir, "testdata"))); err != nil {
+		if err := os.CopyFS(filepath.Join(work, "testdata"), os.DirFS(filepath.Join(r.pkgDir, "testdata"))); err != nil {
 			return left, fmt.Errorf("suite testdata: %w", err)
 		}
 		if err := os.Mkdir(filepath.Join(work, "tmp"), 0o700); err != nil {
 			return left, err
 		}
-		st, err := runOnce(ctx, suite, work, jf, lf, append(env, "TMPDIR="+filepath.Join(work, "tmp")), runExpr, skipExpr(skip), timeout, hang)
-		left = append(left, cleanup(work)...)
+		st, err := runOnce(runCtx, r.suite, work, jf, lf, append(r.env, "TMPDIR="+filepath.Join(work, "tmp")), r.runExpr, skipExpr(skip), r.timeout, r.hang)
+		left = append(left, r.clean(work)...)
+		if lerr := appendContainerdLog(lf, filepath.Join(work, "tmp"), attempt); lerr != nil && err == nil {
+			err = lerr
+		}
 		if len(suiteMounts(work)) == 0 {
 			if rerr := os.RemoveAll(work); rerr != nil && err == nil {
 				err = rerr
@@ -235,12 +275,22 @@ func runShim(ctx context.Context, suite, pkgDir, name, out string, env []string,
 		} else {
 			left = append(left, "mounts below "+work+" remain: it is kept")
 		}
-		if err != nil || len(st.hung) == 0 {
+		outOfTime := ctx.Err() == nil && runCtx.Err() != nil
+		if outOfTime {
+			r.cutShort = fmt.Sprintf("ran out of its %s (-shim-timeout)", r.total)
+		}
+		if err != nil && !outOfTime {
 			return left, err
 		}
+		if len(st.hung) == 0 && !outOfTime {
+			return left, nil
+		}
+		why := fmt.Sprintf("conformance: no test event for %s: the run was stopped and started again without this test\n", r.hang)
+		if outOfTime {
+			why = fmt.Sprintf("conformance: the shim's runs took more than %s (-shim-timeout): stopped while this test ran\n", r.total)
+		}
 		for _, t := range st.hung {
-			msg := fmt.Sprintf("conformance: no test event for %s: the run was stopped and started again without this test\n", hang)
-			for _, ev := range []event{{Action: "output", Test: t, Output: msg}, {Action: "hung", Test: t}} {
+			for _, ev := range []event{{Action: "output", Test: t, Output: why}, {Action: "hung", Test: t}} {
 				b, _ := json.Marshal(ev)
 				if _, err := jf.Write(append(b, '\n')); err != nil {
 					return left, err
@@ -248,14 +298,42 @@ func runShim(ctx context.Context, suite, pkgDir, name, out string, env []string,
 			}
 			skip[topLevel(t)] = true
 		}
+		if outOfTime {
+			return left, nil
+		}
 		for _, t := range st.done {
 			skip[topLevel(t)] = true
 		}
-		fmt.Printf("conformance: %s: %s hung; starting the suite again without %d tests\n", name, strings.Join(st.hung, ", "), len(skip))
-		if attempt == 20 {
-			return left, fmt.Errorf("%s: still hanging after %d starts", name, attempt)
+		if attempt == r.starts {
+			r.cutShort = fmt.Sprintf("still hanging after %d starts (-starts)", attempt)
+			return left, nil
+		}
+		fmt.Printf("conformance: %s: %s hung; starting the suite again without %d tests\n", r.name, strings.Join(st.hung, ", "), len(skip))
+	}
+}
+
+// appendContainerdLog copies the log of the containerd one start of the suite ran into lf. The
+// suite's TestMain writes its containerd's output to a file os.CreateTemp("", "") names (only
+// digits) in TMPDIR and prints it to stderr, which test2json merges into its events, only when
+// a test failed; it never removes that file, as it leaves by os.Exit.
+func appendContainerdLog(lf *os.File, tmp string, attempt int) error {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return fmt.Errorf("containerd's log: %w", err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || strings.Trim(e.Name(), "0123456789") != "" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(tmp, e.Name()))
+		if err != nil {
+			return fmt.Errorf("containerd's log: %w", err)
+		}
+		if _, err := fmt.Fprintf(lf, "=== start %d of the suite: containerd's log\n%s", attempt, b); err != nil {
+			return fmt.Errorf("containerd's log: %w", err)
 		}
 	}
+	return nil
 }
 
 func topLevel(test string) string {
@@ -282,10 +360,12 @@ type runState struct {
 	done, hung []string
 }
 
-// tracker follows the events of one start of the suite.
+// tracker follows the events of one start of the suite. Until its first event, when TestMain
+// pulls the seed image and starts containerd and no test runs that a restart could leave out,
+// only the shim's deadline bounds it.
 type tracker struct {
 	mu    sync.Mutex
-	last  time.Time
+	last  time.Time         // zero before the first event
 	state map[string]string // test -> its latest action
 }
 
@@ -306,6 +386,9 @@ func (tr *tracker) see(line []byte) {
 func (tr *tracker) quiet() time.Duration {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	if tr.last.IsZero() {
+		return 0
+	}
 	return time.Since(tr.last)
 }
 
@@ -326,7 +409,8 @@ func (tr *tracker) result(stopped bool) runState {
 }
 
 // runOnce starts the suite under test2json once. The suite exits non-zero when a test fails,
-// which is not an error here: the results say which.
+// which is not an error here: the results say which. When ctx ends it stops the suite, and
+// says which tests were running then besides ctx's error.
 func runOnce(ctx context.Context, suite, work string, jf, lf *os.File, env []string, runExpr, skip, timeout string, hang time.Duration) (runState, error) {
 	args := []string{"tool", "test2json", "-t", "-p", "integration/client", suite,
 		"-test.root", "-test.v=test2json", "-no-criu", "-test.timeout", timeout}
@@ -352,7 +436,7 @@ func runOnce(ctx context.Context, suite, work string, jf, lf *os.File, env []str
 	if err != nil {
 		return runState{}, fmt.Errorf("start %s: %w", suite, err)
 	}
-	tr := &tracker{last: time.Now(), state: map[string]string{}}
+	tr := &tracker{state: map[string]string{}}
 	read := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -369,7 +453,7 @@ func runOnce(ctx context.Context, suite, work string, jf, lf *os.File, env []str
 	}()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	tick := time.NewTicker(5 * time.Second)
+	tick := time.NewTicker(min(5*time.Second, hang))
 	defer tick.Stop()
 	stopped := false
 	cancelled := ctx.Done()
@@ -379,8 +463,10 @@ func runOnce(ctx context.Context, suite, work string, jf, lf *os.File, env []str
 			waiting = false
 		case <-cancelled:
 			cancelled = nil
+			stopped = true
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		case <-tick.C:
+			reapExited(cmd.Process.Pid)
 			if tr.quiet() > hang && !stopped {
 				stopped = true
 				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -391,7 +477,7 @@ func runOnce(ctx context.Context, suite, work string, jf, lf *os.File, env []str
 		return runState{}, fmt.Errorf("reading the suite's events: %w", rerr)
 	}
 	if ctx.Err() != nil {
-		return runState{}, ctx.Err()
+		return tr.result(true), ctx.Err()
 	}
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
@@ -400,17 +486,33 @@ func runOnce(ctx context.Context, suite, work string, jf, lf *os.File, env []str
 	return tr.result(stopped), nil
 }
 
-// cleanup ends what the run left and says what that was: processes that name the suite's
-// paths, runc containers whose bundle is below them, mounts below them, and cgroups of the
-// suite's namespace that are empty.
-func cleanup(work string) []string {
+// cleanup ends what the run left and says what that was: the tool's descendants (its containerd
+// and the shims, re-parented to the tool), runc containers whose bundle is below the suite's
+// paths, mounts below them, and the empty cgroups of the suite's namespace that were not in
+// before.
+func cleanup(work string, before map[string]bool) []string {
+	left := endDescendants()
+	return append(left, cleanupFiles(work, before)...)
+}
+
+// cleanupStale cleans up, before the first start, after an earlier run that was killed with
+// its suite: its processes are not the tool's descendants (staleSuiteProcesses says how they
+// are recognised), and no cgroup is removed, since nothing says which were that run's.
+func cleanupStale() []string {
 	var left []string
-	for _, pid := range suiteProcesses() {
+	for _, pid := range staleSuiteProcesses() {
 		c := cmdline(pid)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			left = append(left, fmt.Sprintf("process %d (%s)", pid, c))
 		}
 	}
+	return append(left, cleanupFiles("", nil)...)
+}
+
+// cleanupFiles removes the runc containers, mounts and directories a run left, and the empty
+// cgroups of the suite's namespace that are not in before (none when before is nil).
+func cleanupFiles(work string, before map[string]bool) []string {
+	var left []string
 	for _, root := range runcRoots {
 		for _, id := range suiteContainers(root) {
 			out, err := exec.Command("runc", "--root", root, "delete", "-f", id).CombinedOutput()
@@ -421,7 +523,7 @@ func cleanup(work string) []string {
 		err := syscall.Unmount(m, syscall.MNT_DETACH)
 		left = append(left, fmt.Sprintf("mount %s (unmount: %v)", m, err))
 	}
-	for _, d := range emptyCgroups(cgroupRoot) {
+	for _, d := range newEmptyCgroups(cgroupHierarchies(), before) {
 		if err := os.Remove(d); err == nil {
 			left = append(left, "cgroup "+d)
 		}
@@ -442,25 +544,6 @@ func cleanup(work string) []string {
 func cmdline(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-}
-
-// suiteProcesses are the processes whose command line names the suite's state or root: its
-// containerd (--state, --root) and the shims it started (-address).
-func suiteProcesses() []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		c := cmdline(pid)
-		if strings.Contains(c, suiteState+"/") || strings.Contains(c, suiteState+" ") ||
-			strings.Contains(c, suiteRoot+" ") || strings.HasSuffix(c, suiteState) || strings.HasSuffix(c, suiteRoot) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // suiteContainers are the runc containers in the suite's namespace whose bundle the suite's
@@ -501,6 +584,9 @@ func suiteMounts(work string) []string {
 		}
 		mp := unescapeMount(f[4])
 		for _, p := range []string{suiteState, suiteRoot, work} {
+			if p == "" {
+				continue
+			}
 			if mp == p || strings.HasPrefix(mp, p+"/") {
 				ms = append(ms, mp)
 			}
@@ -529,16 +615,24 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// emptyCgroups lists the cgroups below root that hold no process, deepest first, root last.
-func emptyCgroups(root string) []string {
-	var dirs []string
-	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
+// newEmptyCgroups lists the suite's cgroups (suiteCgroups) in hierarchies that are not in
+// before and hold no process, deepest first; none when before is nil.
+func newEmptyCgroups(hierarchies []string, before map[string]bool) []string {
+	if before == nil {
 		return nil
+	}
+	var dirs []string
+	for d := range suiteCgroups(hierarchies) {
+		if !before[d] {
+			dirs = append(dirs, d)
+		}
+	}
+	sort.Slice(dirs, func(i, j int) bool {
+		if len(dirs[i]) != len(dirs[j]) {
+			return len(dirs[i]) > len(dirs[j])
+		}
+		return dirs[i] < dirs[j]
 	})
-	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
 	var empty []string
 	for _, d := range dirs {
 		procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))

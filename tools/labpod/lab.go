@@ -66,16 +66,19 @@ func (l *Lab) Run(ctx context.Context) (res Result, err error) {
 	// Containers go in a cgroup of the lab's own, removed at the end.
 	cgroupParent := fmt.Sprintf("shimwalk-lab-%d", os.Getpid())
 	ctd, err := driver.StartContainerd(driver.ContainerdConfig{
-		Dir:           filepath.Join(l.Dir, "ctd"),
-		Namespace:     "k8s.io",
-		Binary:        filepath.Join(l.ContainerdBin, "containerd"),
-		Ctr:           filepath.Join(l.ContainerdBin, "ctr"),
-		RuncRoot:      filepath.Join(l.Dir, "runc"),
-		Env:           driver.Containerd2Env(l.ContainerdBin),
-		ConfigVersion: 3,
-		Disabled:      withoutCRI(driver.Disabled2),
-		LogLevel:      "info",
-		Extra:         l.criConfig(),
+		Dir:       filepath.Join(l.Dir, "ctd"),
+		Namespace: "k8s.io",
+		// CRI's namespace is also a Kubernetes node's: the lab's containerd removes only the
+		// k8s.io cgroups it made, never the node's pods'.
+		SharedNamespace: true,
+		Binary:          filepath.Join(l.ContainerdBin, "containerd"),
+		Ctr:             filepath.Join(l.ContainerdBin, "ctr"),
+		RuncRoot:        filepath.Join(l.Dir, "runc"),
+		Env:             driver.Containerd2Env(l.ContainerdBin),
+		ConfigVersion:   3,
+		Disabled:        withoutCRI(driver.Disabled2),
+		LogLevel:        "info",
+		Extra:           l.criConfig(),
 	})
 	if err != nil {
 		return res, err

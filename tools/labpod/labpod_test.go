@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,25 @@ func TestPodGrouping(t *testing.T) {
 		t.Skip(err)
 	}
 	lab.Dir = testkit.TempDir(t)
+	// An empty cgroup of a pod of the node's, in CRI's namespace k8s.io: the lab's containerd
+	// must leave it.
+	hier := "/sys/fs/cgroup"
+	if _, err := os.Stat(filepath.Join(hier, "cgroup.procs")); err != nil {
+		hier = "/sys/fs/cgroup/pids"
+	}
+	nodeNS := filepath.Join(hier, "k8s.io")
+	_, err = os.Stat(nodeNS)
+	madeNS := os.IsNotExist(err)
+	nodePod := filepath.Join(nodeNS, fmt.Sprintf("shimwalk-labtest-node-pod-%d", os.Getpid()))
+	if err := os.MkdirAll(nodePod, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.Remove(nodePod)
+		if madeNS {
+			_ = os.Remove(nodeNS)
+		}
+	})
 	var out strings.Builder
 	lab.Out = &out
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -60,6 +81,9 @@ func TestPodGrouping(t *testing.T) {
 		if res.Sandbox[name] != res.PodID {
 			t.Errorf("container %s's bundle names sandbox %q, want %q: containerd did not connect it to the pod's shim", name, res.Sandbox[name], res.PodID)
 		}
+	}
+	if _, err := os.Stat(nodePod); err != nil {
+		t.Errorf("the node's cgroup %s was removed by the lab: %v", nodePod, err)
 	}
 	if len(res.ShimsAfter) != 0 {
 		t.Errorf("shims left after the pod was removed: %v", res.ShimsAfter)
