@@ -500,6 +500,34 @@ func TestKilledInitTakesItsChildren(t *testing.T) {
 			}
 		})
 	}
+	// An init with a PID namespace of its own takes everything in it along: there is nothing
+	// left to kill, and the shim runs no runc kill --all, as containerd's shim decides
+	// (ShouldKillAllOnExit). runc kill is made to fail here only to count its calls.
+	t.Run("own", func(t *testing.T) {
+		runc := testkit.NewFaultyRunc(t)
+		runc.Set(t, "kill", testkit.Fail)
+		k := testkit.NewTask(t, d, "pod-own", testkit.TaskOptions{Args: []string{"sh", "-c", "sleep 200 & exec sleep 201"}, NullIO: true})
+		req := k.CreateRequest()
+		req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
+		created, err := k.Conn.Task.Create(k.Ctx(), req)
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		k.Start()
+		if err := syscall.Kill(int(created.Pid), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if w := waitExec(t, k, ""); w.ExitStatus != 137 {
+			t.Errorf("init exited %d, want 137", w.ExitStatus)
+		}
+		// The exit is published after any kill of what the init left: by now it has run.
+		if n := runc.Reached("kill"); n != 0 {
+			t.Errorf("the shim ran runc kill %d times after an init with its own PID namespace exited, want none", n)
+		}
+		if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if st := pause.State(); st.Status != task.Status_RUNNING {
 		t.Errorf("the pod's init is %v, want RUNNING", st.Status)
 	}
