@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
 // startDaemon starts a shell that puts a sleep whose command line is name in a session of its
@@ -105,12 +107,7 @@ func TestIsSuiteProcess(t *testing.T) {
 // the suite's paths, which is not its descendant, and its directories, and nothing else that
 // names those paths.
 func TestCleanupStale(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("requirement missing in CI: these tests run as root")
-		}
-		t.Skip("the suite's paths are root's")
-	}
+	testkit.RequireRoot(t) // the suite's paths are root's
 	// The suite's paths are shared: hold its lock as a run does.
 	lock, err := os.OpenFile(suiteLock, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
