@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -339,7 +338,7 @@ func (c *Containerd) Bundle(id string) string {
 func (c *Containerd) Shims(id string) []int {
 	var pids []int
 	for _, pid := range ShimsOf(c.Address) {
-		if id == "" || hasArgs(pid, "-id", id) {
+		if id == "" || FlagValue(Cmdline(pid), "id") == id {
 			pids = append(pids, pid)
 		}
 	}
@@ -354,41 +353,10 @@ func (c *Containerd) Mounts(dir string) ([]string, error) {
 
 // ShimsOf finds processes started with -address address that are not a start or delete helper.
 func ShimsOf(address string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if !Alive(pid) {
-			continue
-		}
-		args := cmdline(pid)
-		if len(args) > 1 && hasArgs(pid, "-address", address) &&
-			args[len(args)-1] != "start" && args[len(args)-1] != "delete" {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-func cmdline(pid int) []string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(data) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-}
-
-func hasArgs(pid int, flag, value string) bool {
-	args := cmdline(pid)
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == flag && args[i+1] == value {
-			return true
-		}
-	}
-	return false
+	return ProcessesWhere(func(args []string) bool {
+		last := args[len(args)-1]
+		return len(args) > 1 && FlagValue(args, "address") == address && last != "start" && last != "delete"
+	})
 }
 
 // RemoveCgroups removes the (by now empty) cgroup directories at paths below each hierarchy's

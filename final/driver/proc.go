@@ -83,3 +83,46 @@ func ReadPidFile(path string) (int, error) {
 	}
 	return pid, nil
 }
+
+// ProcessesWhere lists the live processes (zombies and this process left out) whose command
+// line satisfies match: how a caller finds what a run left behind from the paths in its
+// arguments, whoever its parent now is.
+func ProcessesWhere(match func(args []string) bool) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || !Alive(pid) {
+			continue
+		}
+		if args := Cmdline(pid); len(args) > 0 && match(args) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Cmdline is pid's argument list; nil once it is gone.
+func Cmdline(pid int) []string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+}
+
+// FlagValue is the value of -name or --name in args, in the "-name v" or the "-name=v" form;
+// "" when args do not set it.
+func FlagValue(args []string, name string) string {
+	for i := 1; i < len(args); i++ {
+		for _, f := range []string{"-" + name, "--" + name} {
+			if args[i] == f && i+1 < len(args) {
+				return args[i+1]
+			}
+			if v, ok := strings.CutPrefix(args[i], f+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,32 +22,12 @@ func ProcStat(pid int) (driver.Proc, error) {
 // Alive reports whether pid exists and is not a zombie: see driver.Alive.
 func Alive(pid int) bool { return driver.Alive(pid) }
 
-// ProcessesWhere lists the live processes (zombies and this process left out) whose command
-// line satisfies match: how a test finds what a run left behind from the paths in its
-// arguments, whoever its parent now is.
-func ProcessesWhere(match func(args []string) bool) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() || !Alive(pid) {
-			continue
-		}
-		if args := Cmdline(pid); len(args) > 0 && match(args) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+// ProcessesWhere lists the live processes whose command line satisfies match: see
+// driver.ProcessesWhere.
+func ProcessesWhere(match func(args []string) bool) []int { return driver.ProcessesWhere(match) }
 
 // Cmdline is pid's argument list; nil once it is gone.
-func Cmdline(pid int) []string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(data) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-}
+func Cmdline(pid int) []string { return driver.Cmdline(pid) }
 
 // ReadPid reads a pid file.
 func ReadPid(t testing.TB, path string) int {
