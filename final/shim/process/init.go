@@ -29,49 +29,8 @@ import (
 	"github.com/shimwalk/shimwalk/final/shim/stdio"
 )
 
-// DefaultRuncRoot is runc's state root when neither the runtime options nor
-// SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
-const DefaultRuncRoot = "/run/shimwalk/runc"
-
 // deleted is the status of a process after Delete: it exists for no one any more.
 const deleted = task.Status_UNKNOWN
-
-// Options are the runtime options that shape how runc runs (api/types/runc/options.Options).
-type Options struct {
-	BinaryName    string // the runc-compatible binary: runc, crun, ...
-	Root          string // runc's state root, the namespace below it
-	SystemdCgroup bool
-	NoPivotRoot   bool
-	NoNewKeyring  bool
-	IoUID, IoGID  int // owner of the stdio pipes
-	CriuImagePath string
-	CriuWorkPath  string
-}
-
-// NewRuntime returns the runc CLI for a container of namespace with its bundle at bundle.
-// Each namespace gets its own state root, so equal ids in different namespaces do not collide.
-func NewRuntime(o Options, namespace, bundle string) *runc.Runc {
-	root := o.Root
-	if root == "" {
-		root = os.Getenv("SHIMWALK_RUNC_ROOT")
-	}
-	if root == "" {
-		root = DefaultRuncRoot
-	}
-	binary := o.BinaryName
-	if binary == "" {
-		binary = "runc"
-	}
-	return &runc.Runc{
-		Command:       binary,
-		Root:          filepath.Join(root, namespace),
-		Log:           filepath.Join(bundle, "log.json"),
-		LogFormat:     runc.JSON,
-		SystemdCgroup: o.SystemdCgroup,
-		// A runc the shim started must not outlive the shim half-way through an operation.
-		PdeathSignal: unix.SIGKILL,
-	}
-}
 
 // CreateConfig is what Create needs to make a container's init process.
 type CreateConfig struct {

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// The runc CLI a container is driven with: its binary, state root and log, from the runtime
+// options, as containerd v2.4's runc.NewRunc does for cmd/containerd-shim-runc-v2.
+
+package process
+
+import (
+	"os"
+	"path/filepath"
+
+	runc "github.com/containerd/go-runc"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultRuncRoot is runc's state root when neither the runtime options nor
+// SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
+const DefaultRuncRoot = "/run/shimwalk/runc"
+
+// Options are the runtime options that shape how runc runs (api/types/runc/options.Options).
+type Options struct {
+	BinaryName    string // the runc-compatible binary: runc, crun, ...
+	Root          string // runc's state root, the namespace below it
+	SystemdCgroup bool
+	NoPivotRoot   bool
+	NoNewKeyring  bool
+	IoUID, IoGID  int // owner of the stdio pipes
+	CriuImagePath string
+	CriuWorkPath  string
+}
+
+// NewRuntime returns the runc CLI for a container of namespace with its bundle at bundle.
+// Each namespace gets its own state root, so equal ids in different namespaces do not collide.
+func NewRuntime(o Options, namespace, bundle string) *runc.Runc {
+	root := o.Root
+	if root == "" {
+		root = os.Getenv("SHIMWALK_RUNC_ROOT")
+	}
+	if root == "" {
+		root = DefaultRuncRoot
+	}
+	binary := o.BinaryName
+	if binary == "" {
+		binary = "runc"
+	}
+	return &runc.Runc{
+		Command:       binary,
+		Root:          filepath.Join(root, namespace),
+		Log:           filepath.Join(bundle, "log.json"),
+		LogFormat:     runc.JSON,
+		SystemdCgroup: o.SystemdCgroup,
+		// A runc the shim started must not outlive the shim half-way through an operation.
+		PdeathSignal: unix.SIGKILL,
+	}
+}
