@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
@@ -104,7 +105,7 @@ func group(f flags) (string, error) {
 		return f.id, nil // no spec yet: the shim is this container's alone
 	}
 	// Bounded: the spec is read whole, and this runs before anything else has checked it.
-	annotations, err := process.ReadAnnotations("config.json")
+	annotations, err := bundle.ReadAnnotations("config.json")
 	if err != nil {
 		return "", err
 	}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
@@ -261,7 +262,7 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}()
 
 	// Before anything is written to the bundle: through a symlink it would land elsewhere.
-	if err := process.CheckBundle(r.Bundle); err != nil {
+	if err := bundle.CheckBundle(r.Bundle); err != nil {
 		return nil, rpcError(err)
 	}
 	// An exit.json left by an earlier task in this bundle must not pass for this one's.
