@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/task"
 )
@@ -28,26 +29,26 @@ import (
 // real one from exit.json when the shim saw it, else 128+SIGKILL. It leaves a live shim alone:
 // grouped containers may share it, and containerd shuts shims down with the Shutdown RPC.
 func deleteAction(f flags) error {
-	bundle := f.bundle
-	if bundle == "" {
-		bundle = "."
+	dir := f.bundle
+	if dir == "" {
+		dir = "."
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The runc binary and root the shim used, which the runtime options may have changed.
-	opts, err := process.LoadOptions(bundle)
+	opts, err := bundle.LoadOptions(dir)
 	if err != nil {
 		return err
 	}
 	// A failure to clean up is logged, not returned: containerd takes the exit of a failed
 	// delete action for the task's (255), while exit.json knows the real one, and it retries
 	// nothing that would do better. containerd logs the delete action's stderr as warnings.
-	if err := process.ForceDelete(ctx, opts, f.namespace, f.id, bundle); err != nil {
+	if err := process.ForceDelete(ctx, opts, f.namespace, f.id, dir); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: delete %s: cleanup incomplete, reporting the recorded exit: %s\n",
 			filepath.Base(os.Args[0]), f.id, errorLine(err))
 	}
-	removeStaleSocket(bundle)
-	x := recoverExit(bundle)
+	removeStaleSocket(dir)
+	x := recoverExit(dir)
 	out, err := proto.Marshal(&taskapi.DeleteResponse{
 		Pid: uint32(x.Pid), ExitStatus: uint32(x.ExitStatus), ExitedAt: timestamppb.New(x.ExitedAt),
 	})

@@ -11,23 +11,16 @@ import (
 
 	runc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
+
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // DefaultRuncRoot is runc's state root when neither the runtime options nor
 // SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
 const DefaultRuncRoot = "/run/shimwalk/runc"
 
-// Options are the runtime options that shape how runc runs (api/types/runc/options.Options).
-type Options struct {
-	BinaryName    string // the runc-compatible binary: runc, crun, ...
-	Root          string // runc's state root, the namespace below it
-	SystemdCgroup bool
-	NoPivotRoot   bool
-	NoNewKeyring  bool
-	IoUID, IoGID  int // owner of the stdio pipes
-	CriuImagePath string
-	CriuWorkPath  string
-}
+// Options are the runtime options; options.json in the bundle keeps them for the delete action.
+type Options = bundle.Options
 
 // NewRuntime returns the runc CLI for a container of namespace with its bundle at bundle.
 // Each namespace gets its own state root, so equal ids in different namespaces do not collide.

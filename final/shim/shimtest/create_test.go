@@ -18,7 +18,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
-	"github.com/shimwalk/shimwalk/final/shim/process"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // createAsync runs Create in the background; its result comes on the channel, which the test
@@ -46,7 +46,7 @@ func TestOptionsRecordedBeforeRuncCreate(t *testing.T) {
 	t.Cleanup(func() { runc.Clear(t, "create") })
 	created := createAsync(k.Ctx(), k, req)
 	runc.WaitReached(t, "create", 30*time.Second)
-	o, err := process.LoadOptions(k.Bundle)
+	o, err := bundle.LoadOptions(k.Bundle)
 	if err != nil || o.BinaryName != runc.Path {
 		t.Errorf("while runc create runs, options.json gives %+v (%v), want the binary %s", o, err, runc.Path)
 	}

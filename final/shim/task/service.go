@@ -271,7 +271,7 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}
 	// Before runc create: should this shim die while runc runs, the delete action must drive
 	// the same runc binary and root to find what runc made.
-	if err := process.SaveOptions(r.Bundle, opts); err != nil {
+	if err := bundle.SaveOptions(r.Bundle, opts); err != nil {
 		return nil, rpcError(fmt.Errorf("record runtime options: %w", err))
 	}
 	p, err := process.NewInit(ctx, process.CreateConfig{
