@@ -4,13 +4,11 @@ package bootstrap
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/process"
-	"github.com/shimwalk/shimwalk/final/shim/task"
 )
 
 // deleteAction is what containerd runs when it can no longer reach a task's shim: remove the
@@ -61,28 +58,25 @@ func deleteAction(f flags) error {
 
 // recoverExit is the init's exit as exit.json recorded it, or 128+SIGKILL with the pid of
 // init.pid: runc delete --force killed it.
-func recoverExit(bundle string) task.ExitRecord {
-	if data, err := os.ReadFile(filepath.Join(bundle, "exit.json")); err == nil {
-		var r task.ExitRecord
-		if json.Unmarshal(data, &r) == nil && r.Pid > 0 {
-			return r
-		}
+func recoverExit(dir string) bundle.ExitRecord {
+	if r, err := bundle.ReadExit(dir); err == nil {
+		return r
 	}
-	r := task.ExitRecord{ExitStatus: 128 + int(unix.SIGKILL), ExitedAt: time.Now()}
-	if data, err := os.ReadFile(filepath.Join(bundle, "init.pid")); err == nil {
-		r.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+	r := bundle.ExitRecord{ExitStatus: 128 + int(unix.SIGKILL), ExitedAt: time.Now()}
+	if pid, err := bundle.ReadPidFile(filepath.Join(dir, bundle.InitPidFile)); err == nil {
+		r.Pid = pid
 	}
 	return r
 }
 
 // removeStaleSocket removes the socket named in the bundle's address file when nobody listens
 // on it any more: the shim that owned it died without cleaning up.
-func removeStaleSocket(bundle string) {
-	data, err := os.ReadFile(filepath.Join(bundle, "address"))
+func removeStaleSocket(dir string) {
+	address, err := bundle.ReadAddress(dir)
 	if err != nil {
 		return
 	}
-	path, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "unix://")
+	path, ok := strings.CutPrefix(address, "unix://")
 	if !ok || !filepath.IsAbs(path) {
 		return
 	}

@@ -4,7 +4,6 @@ package task
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +23,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
-	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/events"
@@ -266,7 +264,7 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 		return nil, rpcError(err)
 	}
 	// An exit.json left by an earlier task in this bundle must not pass for this one's.
-	if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := bundle.RemoveExit(r.Bundle); err != nil {
 		return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
 	}
 	// Before runc create: should this shim die while runc runs, the delete action must drive
@@ -882,18 +880,8 @@ func (s *Service) Containers() int {
 	return len(s.containers)
 }
 
-// ExitRecord is exit.json: what containerd must learn of the init's exit even if the shim that
-// saw it is gone.
-type ExitRecord struct {
-	Pid        int       `json:"pid"`
-	ExitStatus int       `json:"exit_status"`
-	ExitedAt   time.Time `json:"exited_at"`
-}
-
-func writeExitFile(bundle string, x reaper.Exit) error {
-	data, err := json.Marshal(ExitRecord{Pid: x.Pid, ExitStatus: x.Status, ExitedAt: x.At})
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteFileAtomic(filepath.Join(bundle, "exit.json"), data, 0o600)
+// writeExitFile records the init's exit in the bundle, for the delete action to report should
+// this shim be gone by then.
+func writeExitFile(dir string, x reaper.Exit) error {
+	return bundle.WriteExit(dir, bundle.ExitRecord{Pid: x.Pid, ExitStatus: x.Status, ExitedAt: x.At})
 }
