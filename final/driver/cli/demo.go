@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // finalStep is the step number the demo gives the final shim: it has every mechanism.
@@ -393,7 +394,7 @@ func (m *demo) start(ctx context.Context) (bool, error) {
 	m.fact("reply", exec.Reply)
 	m.fact("bootstrap", fmt.Sprintf("version %d, protocol %s, address %s", b.Version, b.Protocol, b.Address))
 	m.say("The driver keeps it in %s, for a restarted containerd to find the shim again.", filepath.Join(m.d.Bundle(m.id), "bootstrap.json"))
-	m.shimPid, err = driver.ReadPidFile(filepath.Join(m.d.Bundle(m.id), "shim.pid"))
+	m.shimPid, err = bundle.ReadPidFile(filepath.Join(m.d.Bundle(m.id), bundle.ShimPidFile))
 	if err != nil {
 		return false, fmt.Errorf("the shim left no pid: %w", err)
 	}

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // unixSocketPaths are the paths of the unix sockets the kernel knows (/proc/net/unix); an
@@ -145,7 +145,7 @@ func TestBundleFilesNotWrittenThroughSymlinks(t *testing.T) {
 	if addr, _ := os.ReadFile(filepath.Join(c.dir, "address")); string(addr) != b.Address {
 		t.Errorf("address holds %q, want %q", addr, b.Address)
 	}
-	if got, _ := driver.ReadPidFile(filepath.Join(c.dir, "shim.pid")); got != pid {
+	if got, _ := bundle.ReadPidFile(filepath.Join(c.dir, bundle.ShimPidFile)); got != pid {
 		t.Errorf("shim.pid holds %d, want %d", got, pid)
 	}
 }
@@ -162,7 +162,7 @@ func TestTaskFilesNotWrittenThroughSymlinks(t *testing.T) {
 		t.Errorf("the task exited %d, want 3", w.ExitStatus)
 	}
 	untouched(t, victims)
-	if got, _ := driver.ReadPidFile(filepath.Join(k.Bundle, "init.pid")); got != pid {
+	if got, _ := bundle.ReadPidFile(filepath.Join(k.Bundle, bundle.InitPidFile)); got != pid {
 		t.Errorf("init.pid holds %d, want %d", got, pid)
 	}
 	x := testkit.WaitExitRecord(t, k.Bundle)
