@@ -17,17 +17,18 @@ import (
 
 // The files of a bundle; doc.go says who writes and who reads each.
 const (
-	ConfigFile    = "config.json"    // the OCI runtime spec
-	RootfsDir     = "rootfs"         // where the task's root file system is mounted
-	AddressFile   = "address"        // the long-lived shim's socket address
-	ShimPidFile   = "shim.pid"       // the long-lived shim's pid
-	InitPidFile   = "init.pid"       // the container's init pid, written by runc
-	ExitFile      = "exit.json"      // the init's exit
-	OptionsFile   = "options.json"   // the runtime options the container was created with
-	RuncLogFile   = "log.json"       // runc's log, JSON lines
-	BootstrapFile = "bootstrap.json" // the shim's start reply, kept by its caller
-	LogFIFO       = "log"            // the FIFO containerd reads the shim's log from
-	ShimLogFile   = "shim.log"       // the shim's log when nobody reads the FIFO
+	ConfigFile     = "config.json"      // the OCI runtime spec
+	RootfsDir      = "rootfs"           // where the task's root file system is mounted
+	AddressFile    = "address"          // the long-lived shim's socket address
+	ShimPidFile    = "shim.pid"         // the long-lived shim's pid
+	InitPidFile    = "init.pid"         // the container's init pid, written by runc
+	ExitFile       = "exit.json"        // the init's exit
+	OptionsFile    = "options.json"     // the runtime options the container was created with
+	RuncLogFile    = "log.json"         // runc's log, JSON lines
+	BootstrapFile  = "bootstrap.json"   // the shim's start reply, kept by its caller
+	ShimBinaryFile = "shim-binary-path" // the shim binary that started the shim, for its delete action
+	LogFIFO        = "log"              // the FIFO containerd reads the shim's log from
+	ShimLogFile    = "shim.log"         // the shim's log when nobody reads the FIFO
 )
 
 // ExecPidFile names the pid file runc writes for the exec process id.

@@ -302,11 +302,7 @@ func reply(f flags, req request, address string) error {
 		_, err := fmt.Fprint(os.Stdout, address)
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(struct {
-		Version  int    `json:"version"`
-		Address  string `json:"address"`
-		Protocol string `json:"protocol"`
-	}{version, address, "ttrpc"})
+	return json.NewEncoder(os.Stdout).Encode(bundle.Bootstrap{Version: version, Address: address, Protocol: "ttrpc"})
 }
 
 // The forms of start's reply, one per bootstrap generation of containerd.
