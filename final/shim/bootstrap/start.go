@@ -101,11 +101,9 @@ func readRequest(f flags, in []byte) (request, error) {
 // group is the id that names the shim: the container's own, or the group annotation of its
 // spec, so that a pod's containers share one shim.
 func group(f flags) (string, error) {
-	if _, err := os.Lstat("config.json"); errors.Is(err, os.ErrNotExist) {
-		return f.id, nil // no spec yet: the shim is this container's alone
-	}
-	// Bounded: the spec is read whole, and this runs before anything else has checked it.
-	annotations, err := bundle.ReadAnnotations("config.json")
+	// Bounded: the spec is read whole, and this runs before anything else has checked it. No
+	// spec yet means no annotations: the shim is this container's alone.
+	annotations, err := bundle.ReadAnnotations(".")
 	if err != nil {
 		return "", err
 	}

@@ -65,9 +65,9 @@ type Init struct {
 // NewInit mounts the rootfs, wires stdio and runs runc create (or runc restore). On failure it
 // leaves nothing behind: no mount, no runc state, no copy goroutine.
 func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
-	// The caller has run CheckBundle before writing anything into the bundle; reading a
+	// The caller has run bundle.Check before writing anything into the bundle; reading a
 	// config.json of up to MaxSpecSize twice per Create would buy nothing.
-	if err := bundle.PrepareRuncLog(filepath.Join(cfg.Bundle, "log.json")); err != nil {
+	if err := bundle.PrepareRuncLog(cfg.Bundle); err != nil {
 		return nil, err
 	}
 	p := &Init{

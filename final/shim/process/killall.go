@@ -9,7 +9,6 @@ package process
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	runc "github.com/containerd/go-runc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -30,7 +29,7 @@ func KillAllOnExit(dir string) bool {
 			Namespaces []specs.LinuxNamespace `json:"namespaces"`
 		} `json:"linux"`
 	}
-	if err := bundle.ReadSpec(filepath.Join(dir, "config.json"), &spec); err != nil || spec.Linux == nil {
+	if err := bundle.ReadSpec(dir, &spec); err != nil || spec.Linux == nil {
 		return true
 	}
 	for _, ns := range spec.Linux.Namespaces {

@@ -22,9 +22,9 @@ const DefaultRuncRoot = "/run/shimwalk/runc"
 // Options are the runtime options; options.json in the bundle keeps them for the delete action.
 type Options = bundle.Options
 
-// NewRuntime returns the runc CLI for a container of namespace with its bundle at bundle.
+// NewRuntime returns the runc CLI for a container of namespace with its bundle at dir.
 // Each namespace gets its own state root, so equal ids in different namespaces do not collide.
-func NewRuntime(o Options, namespace, bundle string) *runc.Runc {
+func NewRuntime(o Options, namespace, dir string) *runc.Runc {
 	root := o.Root
 	if root == "" {
 		root = os.Getenv("SHIMWALK_RUNC_ROOT")
@@ -39,7 +39,7 @@ func NewRuntime(o Options, namespace, bundle string) *runc.Runc {
 	return &runc.Runc{
 		Command:       binary,
 		Root:          filepath.Join(root, namespace),
-		Log:           filepath.Join(bundle, "log.json"),
+		Log:           filepath.Join(dir, bundle.RuncLogFile),
 		LogFormat:     runc.JSON,
 		SystemdCgroup: o.SystemdCgroup,
 		// A runc the shim started must not outlive the shim half-way through an operation.

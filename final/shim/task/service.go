@@ -260,7 +260,7 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}()
 
 	// Before anything is written to the bundle: through a symlink it would land elsewhere.
-	if err := bundle.CheckBundle(r.Bundle); err != nil {
+	if err := bundle.Check(r.Bundle); err != nil {
 		return nil, rpcError(err)
 	}
 	// An exit.json left by an earlier task in this bundle must not pass for this one's.
