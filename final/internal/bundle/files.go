@@ -31,7 +31,9 @@ const (
 	ShimLogFile    = "shim.log"         // the shim's log when nobody reads the FIFO
 )
 
-// ExecPidFile names the pid file runc writes for the exec process id.
+// ExecPidFile names the pid file runc writes for the exec process id. Not <id>.pid: exec ids
+// are the caller's to choose, and "init" or "shim" would replace the bundle's init.pid or
+// shim.pid, which the delete action and containerd read once the shim is gone.
 func ExecPidFile(id string) string {
 	return "exec-" + id + ".pid"
 }

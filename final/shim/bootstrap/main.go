@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/server"
 	"github.com/shimwalk/shimwalk/final/shim/task"
@@ -120,9 +121,9 @@ func serve(f flags) error {
 // openLog returns where the long-lived shim logs: the bundle's `log` FIFO that containerd
 // reads, or shim.log in the bundle when nobody created one.
 func openLog(debug bool) (*slog.Logger, *os.File, error) {
-	f, err := openLogFIFO("log")
+	f, err := openLogFIFO(bundle.LogFIFO)
 	if err != nil {
-		f, err = openLogFile("shim.log")
+		f, err = openLogFile(bundle.ShimLogFile)
 		if err != nil {
 			return nil, nil, err
 		}

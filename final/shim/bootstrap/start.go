@@ -26,7 +26,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
-	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/process"
@@ -147,7 +146,7 @@ func start(f flags) error {
 	ln, err := listen(path)
 	if errors.Is(err, unix.EADDRINUSE) {
 		// A shim for this group already serves here: hand containerd the same address.
-		if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
+		if err := bundle.WriteAddress(".", address); err != nil {
 			return err
 		}
 		return reply(f, req, address)
@@ -185,12 +184,14 @@ func launched(pid int, address string) (err error) {
 			}
 		}
 	}()
-	for _, file := range []struct{ name, data string }{{"shim.pid", strconv.Itoa(pid)}, {"address", address}} {
-		if err := fsutil.WriteFileAtomic(file.name, []byte(file.data), 0o600); err != nil {
-			return err
-		}
-		written = append(written, file.name)
+	if err := bundle.WritePidFile(bundle.ShimPidFile, pid); err != nil {
+		return err
 	}
+	written = append(written, bundle.ShimPidFile)
+	if err := bundle.WriteAddress(".", address); err != nil {
+		return err
+	}
+	written = append(written, bundle.AddressFile)
 	return adjustOOMScore(pid)
 }
 
@@ -332,7 +333,7 @@ func replyForm(req request) (form string, version int) {
 // alone, so the line goes to the bundle's log FIFO, which containerd reads from before it runs
 // start and copies into its own log. Without a reader there is nobody to tell, and start goes on.
 func logReply(f flags, form string, version int, address string) {
-	out, err := openLogFIFO("log")
+	out, err := openLogFIFO(bundle.LogFIFO)
 	if err != nil {
 		return
 	}

@@ -80,7 +80,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 	}
 	p.status = task.Status_CREATED
 	if len(cfg.Rootfs) > 0 {
-		p.rootfs = filepath.Join(cfg.Bundle, "rootfs")
+		p.rootfs = filepath.Join(cfg.Bundle, bundle.RootfsDir)
 		if err := MountRootfs(cfg.Rootfs, p.rootfs); err != nil {
 			return nil, err
 		}
@@ -113,7 +113,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		}
 	}()
 
-	pidFile := filepath.Join(cfg.Bundle, "init.pid")
+	pidFile := filepath.Join(cfg.Bundle, bundle.InitPidFile)
 	if cfg.Checkpoint != "" {
 		// As containerd's runc shim does: the checkpoint is recorded now and restored by
 		// Start, which containerd calls next and which would refuse a running task. Until
