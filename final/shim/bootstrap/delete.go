@@ -37,6 +37,9 @@ func deleteAction(f flags) error {
 	if err != nil {
 		return err
 	}
+	if opts.Root == "" {
+		opts.Root = runcRoot()
+	}
 	// A failure to clean up is logged, not returned: containerd takes the exit of a failed
 	// delete action for the task's (255), while exit.json knows the real one, and it retries
 	// nothing that would do better. containerd logs the delete action's stderr as warnings.

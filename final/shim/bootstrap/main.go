@@ -16,6 +16,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
+	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/server"
 	"github.com/shimwalk/shimwalk/final/shim/task"
 )
@@ -114,8 +115,18 @@ func serve(f flags) error {
 	}
 	return server.Serve(server.Config{
 		Namespace: f.namespace, ID: f.id, Log: logger, Listener: ln,
-		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"),
+		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"), RuncRoot: runcRoot(),
 	})
+}
+
+// runcRoot is runc's state root for containers whose runtime options name none: the operator's
+// SHIMWALK_RUNC_ROOT, or process.DefaultRuncRoot. The long-lived shim and the delete action,
+// which containerd starts with the same environment, read it here and nowhere else.
+func runcRoot() string {
+	if root := os.Getenv("SHIMWALK_RUNC_ROOT"); root != "" {
+		return root
+	}
+	return process.DefaultRuncRoot
 }
 
 // openLog returns where the long-lived shim logs: the bundle's `log` FIFO that containerd

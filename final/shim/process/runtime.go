@@ -6,7 +6,6 @@
 package process
 
 import (
-	"os"
 	"path/filepath"
 
 	runc "github.com/containerd/go-runc"
@@ -15,8 +14,9 @@ import (
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
-// DefaultRuncRoot is runc's state root when neither the runtime options nor
-// SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
+// DefaultRuncRoot is runc's state root when neither the runtime options nor the shim's
+// configuration (SHIMWALK_RUNC_ROOT, read by bootstrap) name one; each namespace gets a
+// directory below it.
 const DefaultRuncRoot = "/run/shimwalk/runc"
 
 // Options are the runtime options; options.json in the bundle keeps them for the delete action.
@@ -26,9 +26,6 @@ type Options = bundle.Options
 // Each namespace gets its own state root, so equal ids in different namespaces do not collide.
 func NewRuntime(o Options, namespace, dir string) *runc.Runc {
 	root := o.Root
-	if root == "" {
-		root = os.Getenv("SHIMWALK_RUNC_ROOT")
-	}
 	if root == "" {
 		root = DefaultRuncRoot
 	}

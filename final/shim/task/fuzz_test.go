@@ -157,8 +157,6 @@ func newHarness(f *testing.F) *harness {
 	rootfs := testkit.Rootfs(f)
 	dir := testkit.TempDir(f)
 	h := &harness{dir: dir, runc: filepath.Join(dir, "runc", fuzzNamespace), bundles: map[string]string{}}
-	// Read by process.NewRuntime; an input's runtime options cannot name another root.
-	f.Setenv("SHIMWALK_RUNC_ROOT", filepath.Join(dir, "runc"))
 
 	cgroups := "/shimwalk-test/" + filepath.Base(testkit.WorkDir(f)) + "/fuzz-" + filepath.Base(dir)
 	spec := func(name string, args ...string) *specs.Spec {
@@ -232,6 +230,8 @@ func newHarness(f *testing.F) *harness {
 	pub := events.NewPublisher(filepath.Join(dir, "no-events.sock"), fuzzNamespace, log)
 	h.svc = task.New(task.Config{
 		Namespace: fuzzNamespace, Log: log, Events: pub, Reaper: r,
+		// An input's runtime options cannot name another root.
+		RuncRoot: filepath.Join(h.dir, "runc"),
 		Shutdown: func() { h.mu.Lock(); h.shutdowns++; h.mu.Unlock() },
 	})
 	exits := r.Subscribe()

@@ -42,6 +42,8 @@ type Config struct {
 	Reaper    *reaper.Reaper
 	// OOM watches the containers' memory cgroups and calls CheckOOM; nil watches nothing.
 	OOM *cgroups.Watcher
+	// RuncRoot is runc's state root for containers whose runtime options name none.
+	RuncRoot string
 	// Shutdown ends the shim; the service calls it when Shutdown arrives and no container is left.
 	Shutdown func()
 }
@@ -271,6 +273,11 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	// the same runc binary and root to find what runc made.
 	if err := bundle.SaveOptions(r.Bundle, opts); err != nil {
 		return nil, rpcError(fmt.Errorf("record runtime options: %w", err))
+	}
+	// After the record, which keeps the options as containerd sent them: the delete action
+	// fills in its own root the same way.
+	if opts.Root == "" {
+		opts.Root = s.cfg.RuncRoot
 	}
 	p, err := process.NewInit(ctx, process.CreateConfig{
 		ID: r.ID, Bundle: r.Bundle, Namespace: s.cfg.Namespace, Rootfs: r.Rootfs,
