@@ -72,12 +72,9 @@ func TestCheckRefusesWhatTheRequestGotWrong(t *testing.T) {
 			}
 			return dir
 		}},
+		// Valid JSON but for its size: only the bound refuses it.
 		{"config.json too big", func(t *testing.T) string {
-			dir := specBundle(t, "{}")
-			if err := os.Truncate(filepath.Join(dir, ConfigFile), MaxSpecSize+1); err != nil {
-				t.Fatal(err)
-			}
-			return dir
+			return specBundle(t, "{}"+strings.Repeat(" ", MaxSpecSize-1))
 		}},
 		{"config.json not JSON", func(t *testing.T) string { return specBundle(t, `{"ociVersion": `) }},
 		{"config.json not an object", func(t *testing.T) string { return specBundle(t, `["a", "list"]`) }},
