@@ -5,7 +5,6 @@
 package shimtest
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // TestDeleteActionIsBestEffort: when runc delete fails, the delete action still unmounts the
@@ -27,19 +27,14 @@ func TestDeleteActionIsBestEffort(t *testing.T) {
 	c := newCLI(t)
 	runc := testkit.NewFaultyRunc(t)
 	runc.Set(t, "delete", testkit.Fail)
-	write := func(name string, v any) {
-		data, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(c.dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := bundle.SaveOptions(c.dir, bundle.Options{BinaryName: runc.Path}); err != nil {
+		t.Fatal(err)
 	}
-	write("options.json", map[string]any{"BinaryName": runc.Path})
 	exitedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	write("exit.json", map[string]any{"pid": 4242, "exit_status": 7, "exited_at": exitedAt})
-	rootfs := filepath.Join(c.dir, "rootfs")
+	if err := bundle.WriteExit(c.dir, bundle.ExitRecord{Pid: 4242, ExitStatus: 7, ExitedAt: exitedAt}); err != nil {
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(c.dir, bundle.RootfsDir)
 	if err := os.Mkdir(rootfs, 0o700); err != nil {
 		t.Fatal(err)
 	}

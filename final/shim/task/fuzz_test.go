@@ -36,6 +36,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/events"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/reaper"
@@ -182,7 +183,7 @@ func newHarness(f *testing.F) *harness {
 	}
 	h.bundles["noconfig"] = mkdir("noconfig")
 	h.bundles["badjson"] = mkdir("badjson")
-	if err := os.WriteFile(filepath.Join(h.bundles["badjson"], "config.json"), []byte(`{"ociVersion": `), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(h.bundles["badjson"], bundle.ConfigFile), []byte(`{"ociVersion": `), 0o644); err != nil {
 		f.Fatal(err)
 	}
 	h.bundles["file"] = filepath.Join(dir, "file")
