@@ -5,9 +5,12 @@
 package shimtest
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,5 +65,27 @@ func TestDeleteActionIsBestEffort(t *testing.T) {
 	}
 	if m := testkit.Mounts(t, c.dir); len(m) > 0 {
 		t.Errorf("the rootfs is still mounted: %v", m)
+	}
+}
+
+// TestRuncRootFromTheEnvironment: with runtime options that name no root, runc keeps the
+// container's state under the root SHIMWALK_RUNC_ROOT names, which bootstrap reads once for the
+// long-lived shim and once for the delete action; both must find the same state.
+func TestRuncRootFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "rooted", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	pid := k.Run()
+	if !slices.Contains(testkit.RuncContainers(t, d.Namespace), k.ID) {
+		t.Fatalf("runc under %s does not know %s: the shim kept its state elsewhere", testkit.RuncRoot(t), k.ID)
+	}
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+	if _, err := d.DeleteShim(context.Background(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	testkit.ExpectGone(t, pid, "container of a deleted task")
+	if slices.Contains(testkit.RuncContainers(t, d.Namespace), k.ID) {
+		t.Errorf("the delete action left %s in runc's state under %s", k.ID, testkit.RuncRoot(t))
 	}
 }
