@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // The runc CLI a container is driven with: its binary, state root and log, from the runtime
-// options, as containerd v2.4's runc.NewRunc does for cmd/containerd-shim-runc-v2.
+// options, as containerd v2.4's NewRunc (cmd/containerd-shim-runc-v2/process/init.go) makes it.
 
 package process
 
