@@ -2,7 +2,7 @@
 
 // exit.json: the init's exit, recorded by the shim when it sees it and reported by the delete
 // action when the shim is gone, as containerd v2.4's runc shim does with runc.WriteExitStatus
-// (task/service.go handleInitExit) and runc.ReadExitStatus (manager Stop), both in
+// (task/service.go handleProcessExit) and runc.ReadExitStatus (manager Stop), both in
 // cmd/containerd-shim-runc-v2.
 
 package bundle

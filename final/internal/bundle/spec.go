@@ -3,8 +3,8 @@
 // The bundle's config.json as the shim reads it: bounded, never through a symlink, refused with
 // InvalidArgument when the request got it wrong. containerd v2.4's runc shim reads it unchecked
 // (runc.readSpec in cmd/containerd-shim-runc-v2/runc/util.go, and its manager for the group
-// annotation); runc's log file is set up here too, as process.NewInit in
-// cmd/containerd-shim-runc-v2/process/init.go names it.
+// annotation); runc's log file, which NewRunc in cmd/containerd-shim-runc-v2/process/init.go
+// names, is set up here too.
 
 package bundle
 
