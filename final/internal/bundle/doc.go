@@ -19,7 +19,8 @@
 //	                  bootstrap.json falls back to it (pkg/shim/util.go ReadAddress;
 //	                  core/runtime/v2/shim_manager.go restoreBootstrapParams)
 //	shim.pid          the start action writes the long-lived shim's pid; the driver and the tests
-//	                  read it (pkg/shim/util.go WritePidFile)
+//	                  read it (the helper pkg/shim/util.go WritePidFile; v2.4's runc shim no
+//	                  longer writes the file)
 //	init.pid          runc writes the init's pid (--pid-file); the shim reads it after create,
 //	                  the delete action when the shim is gone (process/utils.go InitPidFile;
 //	                  manager Stop)
