@@ -71,19 +71,6 @@ func Alive(pid int) bool {
 	return len(threads) > 1
 }
 
-// ReadPidFile reads a file holding one pid, as runc and the shims write them.
-func ReadPidFile(path string) (int, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("%s holds no pid: %q", path, data)
-	}
-	return pid, nil
-}
-
 // ProcessesWhere lists the live processes (zombies and this process left out) whose command
 // line satisfies match: how a caller finds what a run left behind from the paths in its
 // arguments, whoever its parent now is.

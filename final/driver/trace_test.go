@@ -16,6 +16,7 @@ import (
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -274,7 +275,7 @@ func TestConnectRecordsTheBootstrapRead(t *testing.T) {
 	if _, err := d.CreateBundle("demo"); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteBootstrap(d.Bundle("demo"), Bootstrap{Version: 2, Address: "unix://" + filepath.Join(d.State, "none.sock"), Protocol: "ttrpc"}); err != nil {
+	if err := bundle.WriteBootstrap(d.Bundle("demo"), Bootstrap{Version: 2, Address: "unix://" + filepath.Join(d.State, "none.sock"), Protocol: "ttrpc"}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := d.Connect(context.Background(), "demo"); err == nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
@@ -401,7 +402,7 @@ func (e *env) testGroupBy(t *testing.T, label string) {
 		t.Fatalf("shims for %s: %v, for %s: %v; want one shim, started for the first", a, shims, b, e.c.Shims(b))
 	}
 	for _, id := range []string{a, b} {
-		pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
+		pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 		if p, err := testkit.ProcStat(pid); err != nil || p.PPid != shims[0] {
 			t.Errorf("%s (pid %d) is not a child of the group's shim %d", id, pid, shims[0])
 		}
@@ -495,10 +496,10 @@ func (e *env) testRestart(t *testing.T) {
 	}
 	shims := map[string][]int{running: e.c.Shims(running), exiting: e.c.Shims(exiting)}
 	e.c.Kill(t)
-	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(exiting), "init.pid"))
+	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(exiting), bundle.InitPidFile))
 	syscall.Kill(pid, syscall.SIGKILL)
 	testkit.Eventually(t, 10*time.Second, "exit.json never written", func() bool {
-		_, err := os.Stat(filepath.Join(e.c.Bundle(exiting), "exit.json"))
+		_, err := os.Stat(filepath.Join(e.c.Bundle(exiting), bundle.ExitFile))
 		return err == nil
 	})
 	e.c.Restart(t)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // faults kills containerd, or the shim, at one point of a container's life cycle, and checks
@@ -122,7 +123,7 @@ func (e *env) initPid(id string) int {
 	e.t.Helper()
 	var pid int
 	testkit.Eventually(e.t, 10*time.Second, "no init.pid for "+id, func() bool {
-		p, err := os.ReadFile(filepath.Join(e.c.Bundle(id), "init.pid"))
+		p, err := os.ReadFile(filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 		if err != nil {
 			return false
 		}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // release is one containerd of the matrix.
@@ -213,7 +214,7 @@ func (e *env) testRestartExit(t *testing.T) {
 		t.Errorf("shims before the restart %v, after %v; want the same one", before, after)
 	}
 	e.waitStatus(id, "RUNNING")
-	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
+	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the container's process %d: %v", pid, err)
 	}

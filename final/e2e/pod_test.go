@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // testPodPidNamespace is a Kubernetes pod with shareProcessNamespace, as ctr can make one: a
@@ -34,7 +35,7 @@ func (e *env) testPodPidNamespace(t *testing.T) {
 		t.Fatalf("ctr run -d --with-ns: %s", r.Stderr)
 	}
 	initPid := e.initPid(app)
-	if spec, err := os.ReadFile(filepath.Join(e.c.Bundle(app), "config.json")); err != nil || !strings.Contains(string(spec), `"path":"`+ns[len("pid:"):]+`"`) {
+	if spec, err := os.ReadFile(filepath.Join(e.c.Bundle(app), bundle.ConfigFile)); err != nil || !strings.Contains(string(spec), `"path":"`+ns[len("pid:"):]+`"`) {
 		t.Fatalf("the container did not join the pause container's PID namespace: %v\n%s", err, spec)
 	}
 	var child int

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // testOOMExec runs an exec past the container's 32 MiB limit: the OOM killer ends the exec,
@@ -116,7 +117,7 @@ func (e *env) testUpdate(t *testing.T) {
 		t.Fatalf("ctr run -d: %s", r.Stderr)
 	}
 	e.waitStatus(id, "RUNNING")
-	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
+	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 	if got := memoryLimit(t, pid); got != 64<<20 {
 		t.Fatalf("memory.limit_in_bytes = %d before the update, want %d", got, 64<<20)
 	}

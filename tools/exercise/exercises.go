@@ -490,7 +490,7 @@ var exercises = []Exercise{
 		Tests: "final/shim/shimtest",
 		Funcs: []string{"KillAllOnExit", "Init.KillAll"},
 		Check: "TestKilledInitTakesItsChildren",
-		Hint: "KillAllOnExit reads the linux.namespaces of config.json in the bundle (readSpec) and " +
+		Hint: "KillAllOnExit reads the linux.namespaces of config.json in the bundle (bundle.ReadSpec) and " +
 			"answers false only for a pid namespace entry without a path; an unreadable spec gets the " +
 			"kill. KillAll is p.runtime.Kill with SIGKILL and runc.KillOpts{All: true}, its error " +
 			"wrapped through p.killError.",

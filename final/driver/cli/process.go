@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // processSpecURL is the type url containerd gives an exec's process spec (JSON in an Any).
@@ -95,8 +96,8 @@ func randomExecID() string {
 }
 
 // execSpec is the container's process spec from its bundle, running argv instead.
-func execSpec(bundle string, argv []string, tty bool) (*anypb.Any, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+func execSpec(dir string, argv []string, tty bool) (*anypb.Any, error) {
+	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
 	if err != nil {
 		return nil, fmt.Errorf("read the task's spec: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 func treeCommand(g *globals) *cobra.Command {
@@ -26,14 +27,14 @@ container's init is the shim's child; before that it is re-parented elsewhere.`,
 			if err != nil {
 				return err
 			}
-			bundle := d.Bundle(args[0])
-			shimPid, err := driver.ReadPidFile(filepath.Join(bundle, "shim.pid"))
+			dir := d.Bundle(args[0])
+			shimPid, err := bundle.ReadPidFile(filepath.Join(dir, bundle.ShimPidFile))
 			if err != nil {
 				return fmt.Errorf("no shim recorded for %s: %w", args[0], err)
 			}
 			roots := []int{shimPid}
 			// A container that is not the shim's child (steps 01-03) is shown as a second root.
-			if initPid, err := driver.ReadPidFile(filepath.Join(bundle, "init.pid")); err == nil {
+			if initPid, err := bundle.ReadPidFile(filepath.Join(dir, bundle.InitPidFile)); err == nil {
 				if p, err := driver.ReadProc(initPid); err == nil && p.PPid != shimPid {
 					roots = append(roots, initPid)
 				}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // ProcStat reads /proc/pid.
@@ -32,7 +33,7 @@ func Cmdline(pid int) []string { return driver.Cmdline(pid) }
 // ReadPid reads a pid file.
 func ReadPid(t testing.TB, path string) int {
 	t.Helper()
-	pid, err := driver.ReadPidFile(path)
+	pid, err := bundle.ReadPidFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func checkNoShims(t testing.TB, d *driver.Driver) {
 		t.Errorf("list tasks: %v", err)
 	}
 	for _, id := range ids {
-		pid, err := driver.ReadPidFile(filepath.Join(d.Bundle(id), "shim.pid"))
+		pid, err := bundle.ReadPidFile(filepath.Join(d.Bundle(id), bundle.ShimPidFile))
 		if err == nil && Alive(pid) {
 			t.Errorf("shim for %s (pid %d) outlived the test", id, pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)

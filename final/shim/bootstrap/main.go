@@ -14,7 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
+	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/server"
 	"github.com/shimwalk/shimwalk/final/shim/task"
 )
@@ -113,16 +115,26 @@ func serve(f flags) error {
 	}
 	return server.Serve(server.Config{
 		Namespace: f.namespace, ID: f.id, Log: logger, Listener: ln,
-		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"),
+		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"), RuncRoot: runcRoot(),
 	})
+}
+
+// runcRoot is runc's state root for containers whose runtime options name none: the operator's
+// SHIMWALK_RUNC_ROOT, or process.DefaultRuncRoot. The long-lived shim and the delete action,
+// which containerd starts with the same environment, read it here and nowhere else.
+func runcRoot() string {
+	if root := os.Getenv("SHIMWALK_RUNC_ROOT"); root != "" {
+		return root
+	}
+	return process.DefaultRuncRoot
 }
 
 // openLog returns where the long-lived shim logs: the bundle's `log` FIFO that containerd
 // reads, or shim.log in the bundle when nobody created one.
 func openLog(debug bool) (*slog.Logger, *os.File, error) {
-	f, err := openLogFIFO("log")
+	f, err := openLogFIFO(bundle.LogFIFO)
 	if err != nil {
-		f, err = openLogFile("shim.log")
+		f, err = openLogFile(bundle.ShimLogFile)
 		if err != nil {
 			return nil, nil, err
 		}

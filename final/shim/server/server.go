@@ -36,6 +36,8 @@ type Config struct {
 	Listener *net.UnixListener
 	// TTRPCAddress is containerd's Events service (TTRPC_ADDRESS).
 	TTRPCAddress string
+	// RuncRoot is runc's state root for containers whose runtime options name none.
+	RuncRoot string
 }
 
 // InheritedListener is the socket the start helper passed as fd 3.
@@ -99,7 +101,10 @@ func Serve(cfg Config) error {
 		cfg.Log.Warn("no oom watcher: only OOM kills of a container's processes that exit are reported", "err", err)
 		oom = nil
 	}
-	svc = task.New(task.Config{Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, Shutdown: requestShutdown})
+	svc = task.New(task.Config{
+		Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, RuncRoot: cfg.RuncRoot,
+		Shutdown: requestShutdown,
+	})
 	if oom != nil {
 		loops.Add(1)
 		go func() { defer loops.Done(); oom.Run(ctx) }()

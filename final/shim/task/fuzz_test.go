@@ -36,6 +36,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/events"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/reaper"
@@ -157,8 +158,6 @@ func newHarness(f *testing.F) *harness {
 	rootfs := testkit.Rootfs(f)
 	dir := testkit.TempDir(f)
 	h := &harness{dir: dir, runc: filepath.Join(dir, "runc", fuzzNamespace), bundles: map[string]string{}}
-	// Read by process.NewRuntime; an input's runtime options cannot name another root.
-	f.Setenv("SHIMWALK_RUNC_ROOT", filepath.Join(dir, "runc"))
 
 	cgroups := "/shimwalk-test/" + filepath.Base(testkit.WorkDir(f)) + "/fuzz-" + filepath.Base(dir)
 	spec := func(name string, args ...string) *specs.Spec {
@@ -184,7 +183,7 @@ func newHarness(f *testing.F) *harness {
 	}
 	h.bundles["noconfig"] = mkdir("noconfig")
 	h.bundles["badjson"] = mkdir("badjson")
-	if err := os.WriteFile(filepath.Join(h.bundles["badjson"], "config.json"), []byte(`{"ociVersion": `), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(h.bundles["badjson"], bundle.ConfigFile), []byte(`{"ociVersion": `), 0o644); err != nil {
 		f.Fatal(err)
 	}
 	h.bundles["file"] = filepath.Join(dir, "file")
@@ -232,6 +231,8 @@ func newHarness(f *testing.F) *harness {
 	pub := events.NewPublisher(filepath.Join(dir, "no-events.sock"), fuzzNamespace, log)
 	h.svc = task.New(task.Config{
 		Namespace: fuzzNamespace, Log: log, Events: pub, Reaper: r,
+		// An input's runtime options cannot name another root.
+		RuncRoot: filepath.Join(h.dir, "runc"),
 		Shutdown: func() { h.mu.Lock(); h.shutdowns++; h.mu.Unlock() },
 	})
 	exits := r.Subscribe()

@@ -4,7 +4,6 @@ package task
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/shimwalk/shimwalk/final/internal/fsutil"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/events"
@@ -43,6 +42,8 @@ type Config struct {
 	Reaper    *reaper.Reaper
 	// OOM watches the containers' memory cgroups and calls CheckOOM; nil watches nothing.
 	OOM *cgroups.Watcher
+	// RuncRoot is runc's state root for containers whose runtime options name none.
+	RuncRoot string
 	// Shutdown ends the shim; the service calls it when Shutdown arrives and no container is left.
 	Shutdown func()
 }
@@ -261,17 +262,22 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	}()
 
 	// Before anything is written to the bundle: through a symlink it would land elsewhere.
-	if err := process.CheckBundle(r.Bundle); err != nil {
+	if err := bundle.Check(r.Bundle); err != nil {
 		return nil, rpcError(err)
 	}
 	// An exit.json left by an earlier task in this bundle must not pass for this one's.
-	if err := os.Remove(filepath.Join(r.Bundle, "exit.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := bundle.RemoveExit(r.Bundle); err != nil {
 		return nil, rpcError(fmt.Errorf("remove old exit.json: %w", err))
 	}
 	// Before runc create: should this shim die while runc runs, the delete action must drive
 	// the same runc binary and root to find what runc made.
-	if err := process.SaveOptions(r.Bundle, opts); err != nil {
+	if err := bundle.SaveOptions(r.Bundle, opts); err != nil {
 		return nil, rpcError(fmt.Errorf("record runtime options: %w", err))
+	}
+	// After the record, which keeps the options as containerd sent them: the delete action
+	// fills in its own root the same way.
+	if opts.Root == "" {
+		opts.Root = s.cfg.RuncRoot
 	}
 	p, err := process.NewInit(ctx, process.CreateConfig{
 		ID: r.ID, Bundle: r.Bundle, Namespace: s.cfg.Namespace, Rootfs: r.Rootfs,
@@ -881,18 +887,8 @@ func (s *Service) Containers() int {
 	return len(s.containers)
 }
 
-// ExitRecord is exit.json: what containerd must learn of the init's exit even if the shim that
-// saw it is gone.
-type ExitRecord struct {
-	Pid        int       `json:"pid"`
-	ExitStatus int       `json:"exit_status"`
-	ExitedAt   time.Time `json:"exited_at"`
-}
-
-func writeExitFile(bundle string, x reaper.Exit) error {
-	data, err := json.Marshal(ExitRecord{Pid: x.Pid, ExitStatus: x.Status, ExitedAt: x.At})
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteFileAtomic(filepath.Join(bundle, "exit.json"), data, 0o600)
+// writeExitFile records the init's exit in the bundle, for the delete action to report should
+// this shim be gone by then.
+func writeExitFile(dir string, x reaper.Exit) error {
+	return bundle.WriteExit(dir, bundle.ExitRecord{Pid: x.Pid, ExitStatus: x.Status, ExitedAt: x.At})
 }
