@@ -69,20 +69,6 @@ type Service struct {
 	orphaned      []*container       // inits exited, what is left of them to kill once mu is released
 }
 
-// container is one container: its init and its execs.
-type container struct {
-	id    string
-	init  *process.Init
-	execs map[string]*process.Exec
-	// runningExecs counts execs whose exit is still to come, and exec Starts in flight. The
-	// init's TaskExit waits for them: containerd expects a container's exec exits before its
-	// init's, and an exec whose runc exec is under way may yet run.
-	runningExecs int
-	initExit     *reaper.Exit // the init's exit, once reaped; its TaskExit may be still to come
-	killing      bool         // what the init left behind is being killed; its TaskExit waits
-	exitSent     bool         // the init's TaskExit is out
-}
-
 var _ taskapi.TTRPCTaskService = (*Service)(nil)
 
 // New returns an empty service.
@@ -102,32 +88,6 @@ func rpcError(err error) error {
 		return nil
 	}
 	return errgrpc.ToGRPC(err)
-}
-
-// lookup returns the container id and, for execID != "", its exec.
-func (s *Service) lookup(id, execID string) (*container, *process.Exec, error) {
-	if err := identifiers.Validate("task id", id); err != nil {
-		return nil, nil, err
-	}
-	if execID != "" {
-		if err := identifiers.Validate("exec id", execID); err != nil {
-			return nil, nil, err
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.containers[id]
-	if !ok {
-		return nil, nil, fmt.Errorf("task %s: %w", id, errdefs.ErrNotFound)
-	}
-	if execID == "" {
-		return c, nil, nil
-	}
-	e, ok := c.execs[execID]
-	if !ok {
-		return nil, nil, fmt.Errorf("exec %s in task %s: %w", execID, id, errdefs.ErrNotFound)
-	}
-	return c, e, nil
 }
 
 // Create makes a container: its rootfs mounted, its stdio wired, its init created by runc.
@@ -473,29 +433,6 @@ func (s *Service) Exec(ctx context.Context, r *taskapi.ExecProcessRequest) (*emp
 	return &emptypb.Empty{}, nil
 }
 
-// processOf is the init, or the exec named by execID.
-type proc interface {
-	ID() string
-	Pid() int
-	Status() task.Status
-	Stdio() stdio.Config
-	Exited() *process.Exit
-	Wait(context.Context) (process.Exit, error)
-	Resize(w, h uint32) error
-	CloseIO() error
-}
-
-func (s *Service) proc(id, execID string) (*container, proc, error) {
-	c, e, err := s.lookup(id, execID)
-	if err != nil {
-		return nil, nil, err
-	}
-	if e != nil {
-		return c, e, nil
-	}
-	return c, c.init, nil
-}
-
 // State reports what the shim knows of a process, without asking runc.
 func (s *Service) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.StateResponse, error) {
 	c, p, err := s.proc(r.ID, r.ExecID)
@@ -713,13 +650,6 @@ func (s *Service) Shutdown(ctx context.Context, r *taskapi.ShutdownRequest) (*em
 func (s *Service) stop() {
 	s.stopping = true
 	s.cfg.Shutdown()
-}
-
-// Containers is the number of containers the service holds.
-func (s *Service) Containers() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.containers)
 }
 
 // ExitRecord is exit.json: what containerd must learn of the init's exit even if the shim that
