@@ -59,7 +59,7 @@ func (s *Service) lookup(id, execID string) (*container, *process.Exec, error) {
 	return c, e, nil
 }
 
-// processOf is the init, or the exec named by execID.
+// proc is what the RPCs that serve the init and an exec alike need of either.
 type proc interface {
 	ID() string
 	Pid() int

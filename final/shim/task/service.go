@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The Task service itself: what it is configured with, the state its RPCs share, Connect and
+// Shutdown. It mirrors service, NewTaskService, Connect and Shutdown in containerd v2.4
+// cmd/containerd-shim-runc-v2/task/service.go.
+
 package task
 
 import (
