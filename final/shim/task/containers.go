@@ -10,7 +10,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/containerd/containerd/api/types/task"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/errdefs"
 
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
@@ -63,7 +63,7 @@ func (s *Service) lookup(id, execID string) (*container, *process.Exec, error) {
 type proc interface {
 	ID() string
 	Pid() int
-	Status() task.Status
+	Status() tasktypes.Status
 	Stdio() stdio.Config
 	Exited() *process.Exit
 	Wait(context.Context) (process.Exit, error)

@@ -15,7 +15,7 @@ import (
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/api/types/task"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -36,7 +36,7 @@ func (s *Service) State(ctx context.Context, r *taskapi.StateRequest) (*taskapi.
 		ID: p.ID(), Bundle: c.init.Bundle, Pid: uint32(p.Pid()), Status: p.Status(),
 		Stdin: io.Stdin, Stdout: io.Stdout, Stderr: io.Stderr, Terminal: io.Terminal, ExecID: r.ExecID,
 	}
-	if resp.Status == task.Status_UNKNOWN {
+	if resp.Status == tasktypes.Status_UNKNOWN {
 		return nil, rpcError(fmt.Errorf("process %s: %w", p.ID(), errdefs.ErrNotFound))
 	}
 	if x := p.Exited(); x != nil {
@@ -93,7 +93,7 @@ func (s *Service) Pids(ctx context.Context, r *taskapi.PidsRequest) (*taskapi.Pi
 	s.mu.Unlock()
 	resp := &taskapi.PidsResponse{}
 	for _, pid := range pids {
-		info := &task.ProcessInfo{Pid: uint32(pid)}
+		info := &tasktypes.ProcessInfo{Pid: uint32(pid)}
 		if id, ok := execs[pid]; ok {
 			a, err := typeurl.MarshalAnyToProto(&options.ProcessDetails{ExecID: id})
 			if err != nil {
