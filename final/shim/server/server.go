@@ -30,7 +30,9 @@ import (
 type Config struct {
 	Namespace string
 	ID        string
-	Log       *slog.Logger
+	// Version is the shim's version, which Connect reports.
+	Version string
+	Log     *slog.Logger
 	// Listener is the socket the start helper bound; Serve removes its file when it stops
 	// listening, if the path still names that socket.
 	Listener *net.UnixListener
@@ -99,7 +101,7 @@ func Serve(cfg Config) error {
 		cfg.Log.Warn("no oom watcher: only OOM kills of a container's processes that exit are reported", "err", err)
 		oom = nil
 	}
-	svc = task.New(task.Config{Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, Shutdown: requestShutdown})
+	svc = task.New(task.Config{Namespace: cfg.Namespace, Version: cfg.Version, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, Shutdown: requestShutdown})
 	if oom != nil {
 		loops.Add(1)
 		go func() { defer loops.Done(); oom.Run(ctx) }()

@@ -25,15 +25,14 @@ import (
 	"github.com/shimwalk/shimwalk/final/shim/reaper"
 )
 
-// Version is what Connect reports; set at build time.
-var Version = "dev"
-
 // Config is what a Service needs from the shim around it.
 type Config struct {
 	Namespace string
-	Log       *slog.Logger
-	Events    *events.Publisher
-	Reaper    *reaper.Reaper
+	// Version is the shim's version, which Connect reports.
+	Version string
+	Log     *slog.Logger
+	Events  *events.Publisher
+	Reaper  *reaper.Reaper
 	// OOM watches the containers' memory cgroups and calls CheckOOM; nil watches nothing.
 	OOM *cgroups.Watcher
 	// Shutdown ends the shim; the service calls it when Shutdown arrives and no container is left.
@@ -85,7 +84,7 @@ func rpcError(err error) error {
 
 // Connect reports the shim's pid and the task's.
 func (s *Service) Connect(ctx context.Context, r *taskapi.ConnectRequest) (*taskapi.ConnectResponse, error) {
-	resp := &taskapi.ConnectResponse{ShimPid: uint32(os.Getpid()), Version: Version}
+	resp := &taskapi.ConnectResponse{ShimPid: uint32(os.Getpid()), Version: s.cfg.Version}
 	s.mu.Lock()
 	if c, ok := s.containers[r.ID]; ok {
 		resp.TaskPid = uint32(c.init.Pid())
