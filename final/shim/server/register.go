@@ -13,8 +13,8 @@ import (
 // Service names of the Task API generations. Their messages are the same on the wire, so one
 // implementation on the v2 types serves both.
 const (
-	TaskV2 = "containerd.task.v2.Task"
-	TaskV3 = "containerd.task.v3.Task"
+	taskV2 = "containerd.task.v2.Task"
+	taskV3 = "containerd.task.v3.Task"
 )
 
 // method adapts a typed handler to ttrpc's untyped one.
@@ -52,6 +52,6 @@ func registerTask(srv *ttrpc.Server, svc taskapi.TTRPCTaskService) {
 		"Connect":    method(svc.Connect),
 		"Shutdown":   method(svc.Shutdown),
 	}}
-	srv.RegisterService(TaskV2, desc)
-	srv.RegisterService(TaskV3, desc)
+	srv.RegisterService(taskV2, desc)
+	srv.RegisterService(taskV3, desc)
 }
