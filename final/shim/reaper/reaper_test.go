@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	runc "github.com/containerd/go-runc"
 )
 
 // guard bounds every wait for an exit, so that a lost exit fails the test instead of hanging
@@ -67,56 +69,43 @@ func startUnrelated(t *testing.T, name string, args ...string) int {
 	return pid
 }
 
-// A command started through the reaper (runc, as go-runc runs it) gets its own exit, and no
-// subscriber takes it for a container's; any other child's exit goes to the subscribers.
+// A command started through the reaper (runc, as go-runc runs it, with Start or StartLocked)
+// gets its own exit, 128 plus the signal for a killed one, and no subscriber takes it for a
+// container's; any other child's exit goes to the subscribers.
 func TestCommandExitGoesToItsCaller(t *testing.T) {
-	r, q := running(t)
-	cmd := exec.Command("sh", "-c", "exit 3")
-	ec, err := r.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmdPid := cmd.Process.Pid // Wait releases the process, and its Pid with it
-	status, err := r.Wait(cmd, ec)
-	if err != nil || status != 3 {
-		t.Fatalf("Wait = %d, %v; want 3", status, err)
-	}
-	// The command's exit, had it gone to subscribers too, was queued before this one.
-	pid := startUnrelated(t, "sh", "-c", "exit 4")
-	x, before := waitExit(t, q, pid)
-	if x.Status != 4 {
-		t.Fatalf("unrelated child's exit status %d, want 4", x.Status)
-	}
-	for _, b := range before {
-		if b.Pid == cmdPid {
-			t.Fatalf("the command's exit (pid %d) reached a subscriber", b.Pid)
-		}
-	}
-}
-
-// StartLocked hands the exit back to its caller just as Start does; a killed process's status
-// is 128 plus the signal.
-func TestLockedCommandExitGoesToItsCaller(t *testing.T) {
-	r, q := running(t)
-	cmd := exec.Command("sh", "-c", "kill -KILL $$")
-	ec, err := r.StartLocked(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmdPid := cmd.Process.Pid // Wait releases the process, and its Pid with it
-	status, err := r.Wait(cmd, ec)
-	if err != nil || status != 128+9 {
-		t.Fatalf("Wait = %d, %v; want %d", status, err, 128+9)
-	}
-	pid := startUnrelated(t, "/bin/true")
-	x, before := waitExit(t, q, pid)
-	if x.Status != 0 {
-		t.Fatalf("unrelated child's exit status %d, want 0", x.Status)
-	}
-	for _, b := range before {
-		if b.Pid == cmdPid {
-			t.Fatalf("the command's exit (pid %d) reached a subscriber", b.Pid)
-		}
+	for _, tc := range []struct {
+		name   string
+		start  func(*Reaper, *exec.Cmd) (chan runc.Exit, error)
+		script string
+		want   int
+	}{
+		{"Start", (*Reaper).Start, "exit 3", 3},
+		{"StartLocked", (*Reaper).StartLocked, "kill -KILL $$", 128 + 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, q := running(t)
+			cmd := exec.Command("sh", "-c", tc.script)
+			ec, err := tc.start(r, cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmdPid := cmd.Process.Pid // Wait releases the process, and its Pid with it
+			status, err := r.Wait(cmd, ec)
+			if err != nil || status != tc.want {
+				t.Fatalf("Wait = %d, %v; want %d", status, err, tc.want)
+			}
+			// The command's exit, had it gone to subscribers too, was queued before this one.
+			pid := startUnrelated(t, "sh", "-c", "exit 4")
+			x, before := waitExit(t, q, pid)
+			if x.Status != 4 {
+				t.Fatalf("unrelated child's exit status %d, want 4", x.Status)
+			}
+			for _, b := range before {
+				if b.Pid == cmdPid {
+					t.Fatalf("the command's exit (pid %d) reached a subscriber", b.Pid)
+				}
+			}
+		})
 	}
 }
 
