@@ -74,6 +74,38 @@ func (s *Service) killOrphans(c *container) {
 	s.unlock()
 }
 
+// holdExits keeps the exits of the init pid from being handled until releaseExits: they wait
+// for the TaskStart of the Start that calls it. A second Start of the same init shares the
+// hold, so that neither drops what the other holds. Call with mu held.
+func (s *Service) holdExits(pid int) *heldExits {
+	held := s.starting[pid]
+	if held == nil {
+		held = &heldExits{}
+		s.starting[pid] = held
+	}
+	held.starts++
+	return held
+}
+
+// releaseExits ends one Start's hold on the exits of pid; the last one out handles them. Call
+// with mu held, after that Start's TaskStart.
+func (s *Service) releaseExits(pid int, held *heldExits) {
+	held.starts--
+	if held.starts > 0 {
+		return
+	}
+	delete(s.starting, pid)
+	for _, x := range held.exits {
+		s.handleExit(x)
+	}
+}
+
+// pidPending counts in a Create, exec Start or restore whose pid is not known yet: until its
+// pidKnown, exits of unknown pids are kept for it to claim. Call with mu held.
+func (s *Service) pidPending() {
+	s.pidless++
+}
+
 // claim handles the exit of pid if it was reaped while its pid was not known yet. Call with
 // mu held.
 func (s *Service) claim(pid int) {

@@ -70,7 +70,7 @@ func (s *Service) Create(ctx context.Context, r *taskapi.CreateTaskRequest) (*ta
 	s.creating[r.ID] = done
 	// runc create returns after the init is there; it may be killed and reaped before its pid
 	// is read (containerd issue 9103), and that exit must reach it.
-	s.pidless++
+	s.pidPending()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -191,13 +191,7 @@ func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartRe
 	}
 	pid := c.init.Pid()
 	s.mu.Lock()
-	// A second Start of the same init must not drop what the first holds.
-	held := s.starting[pid]
-	if held == nil {
-		held = &heldExits{}
-		s.starting[pid] = held
-	}
-	held.starts++
+	held := s.holdExits(pid)
 	s.mu.Unlock()
 	err := c.init.Start(ctx)
 	s.mu.Lock()
@@ -205,13 +199,7 @@ func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartRe
 	if err == nil {
 		s.cfg.Events.Publish(events.TopicStart, &eventstypes.TaskStart{ContainerID: c.id, Pid: uint32(pid)})
 	}
-	held.starts--
-	if held.starts == 0 {
-		delete(s.starting, pid)
-		for _, x := range held.exits {
-			s.handleExit(x)
-		}
-	}
+	s.releaseExits(pid, held)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -223,7 +211,7 @@ func (s *Service) startInit(ctx context.Context, c *container) (*taskapi.StartRe
 // been reaped: its exit is among those of unknown pids kept while such starts are in flight.
 func (s *Service) restoreInit(ctx context.Context, c *container) (*taskapi.StartResponse, error) {
 	s.mu.Lock()
-	s.pidless++
+	s.pidPending()
 	s.mu.Unlock()
 	err := c.init.Start(ctx)
 	s.mu.Lock()
@@ -258,7 +246,7 @@ func (s *Service) startExec(ctx context.Context, c *container, e *process.Exec) 
 		return nil, rpcError(fmt.Errorf("start exec %s: the init of task %s is not running: %w", e.ID(), c.id, errdefs.ErrFailedPrecondition))
 	}
 	c.runningExecs++
-	s.pidless++
+	s.pidPending()
 	s.mu.Unlock()
 	err := e.Start(ctx)
 	s.mu.Lock()
