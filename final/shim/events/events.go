@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The event publisher: a bounded queue of task events, drained in order by one goroutine that
+// forwards each to containerd's ttrpc Events service until it is taken. It mirrors containerd
+// v2.4 pkg/shim/publisher.go (RemoteEventsPublisher.Publish, processQueue, forwardRequest).
+
 package events
 
 import (

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The Task service under both API names, registered by hand. It mirrors service.RegisterTTRPC
+// in containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go, which registers v3 alone; v2
+// is what containerd 1.x calls, and what core/runtime/v2/bridge.go NewTaskClient picks for a
+// shim whose bootstrap reply says version 2.
+
 package server
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The long-lived shim's main loop: the listener from fd 3, the subreaper and its loops, the
+// ttrpc server, and the order in which it all stops. It mirrors containerd v2.4
+// pkg/shim/shim.go (run, serve) and pkg/shim/shim_unix.go (serveListener, setupSignals).
+
 package server
 
 import (
