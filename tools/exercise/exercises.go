@@ -460,7 +460,7 @@ var exercises = []Exercise{
 		Lib:   "final/shim/task",
 		Tests: "final/shim/shimtest",
 		Edit: &Edit{
-			File: "service.go",
+			File: "exits.go",
 			Old: "\tfor _, e := range c.execs {\n" +
 				"\t\t_ = e.Kill(context.Background(), 9) // refused for an exec that is not running\n" +
 				"\t}\n" +

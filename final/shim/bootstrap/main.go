@@ -18,7 +18,6 @@ import (
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/server"
-	"github.com/shimwalk/shimwalk/final/shim/task"
 )
 
 // RuntimeName is the runtime operators name in containerd's configuration.
@@ -33,7 +32,6 @@ type flags struct {
 
 // Main runs the shim binary with args (without the program name) and returns its exit code.
 func Main(args []string, version, revision string) int {
-	task.Version = version
 	f, err := parseFlags(args)
 	if err == nil {
 		err = dispatch(f, version, revision)
@@ -97,13 +95,13 @@ func dispatch(f flags, version, revision string) error {
 	case "delete":
 		return deleteAction(f)
 	case "":
-		return serve(f)
+		return serve(f, version)
 	}
 	return fmt.Errorf("unknown action %q: want start or delete", f.action)
 }
 
 // serve is the long-lived shim.
-func serve(f flags) error {
+func serve(f flags, version string) error {
 	logger, logFile, err := openLog(f.debug)
 	if err != nil {
 		return err
@@ -114,7 +112,7 @@ func serve(f flags) error {
 		return err
 	}
 	return server.Serve(server.Config{
-		Namespace: f.namespace, ID: f.id, Log: logger, Listener: ln,
+		Namespace: f.namespace, ID: f.id, Version: version, Log: logger, Listener: ln,
 		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"), RuncRoot: runcRoot(),
 	})
 }

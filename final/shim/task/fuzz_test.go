@@ -25,7 +25,7 @@ import (
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/api/types/runc/options"
-	apitask "github.com/containerd/containerd/api/types/task"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	runc "github.com/containerd/go-runc"
 	"github.com/containerd/ttrpc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -286,10 +286,10 @@ func (h *harness) ensureLive(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := h.svc.State(ctx, &taskapi.StateRequest{ID: live})
-	if err == nil && st.Status == apitask.Status_RUNNING {
+	if err == nil && st.Status == tasktypes.Status_RUNNING {
 		return
 	}
-	if err == nil && st.Status == apitask.Status_PAUSED {
+	if err == nil && st.Status == tasktypes.Status_PAUSED {
 		if _, err := h.svc.Resume(ctx, &taskapi.ResumeRequest{ID: live}); err != nil {
 			t.Fatalf("resume %s: %v", live, err)
 		}
@@ -321,13 +321,13 @@ func (h *harness) remove(t testing.TB, id, execID string) {
 	if err != nil {
 		return // gone already, or never made
 	}
-	if st.Status == apitask.Status_PAUSED {
+	if st.Status == tasktypes.Status_PAUSED {
 		_, _ = h.svc.Resume(ctx, &taskapi.ResumeRequest{ID: id})
 	}
-	if st.Status != apitask.Status_CREATED || execID == "" {
+	if st.Status != tasktypes.Status_CREATED || execID == "" {
 		_, _ = h.svc.Kill(ctx, &taskapi.KillRequest{ID: id, ExecID: execID, Signal: uint32(syscall.SIGKILL), All: execID == ""})
 	}
-	if st.Status != apitask.Status_CREATED {
+	if st.Status != tasktypes.Status_CREATED {
 		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 		_, werr := h.svc.Wait(wctx, &taskapi.WaitRequest{ID: id, ExecID: execID})
 		wcancel()
