@@ -80,6 +80,49 @@ var Disabled2 = []string{
 	"io.containerd.tracing.processor.v1.otlp",
 }
 
+// MissingError says that a containerd release is not installed where ReleaseConfig looks, and
+// what installs it: a test skips (or fails under CI) on it, a tool reports it.
+type MissingError struct{ msg string }
+
+func (e *MissingError) Error() string { return e.msg }
+
+// ReleaseConfig is what a containerd release decides of its ContainerdConfig: its binaries, the
+// environment they need, the config schema it reads, and the plugins it runs without. version ""
+// is Debian's 1.6 from PATH, any other one a release that scripts/containerd2.sh built. The
+// caller adds the rest (Dir, Namespace, RuncRoot, ...). A release that is not installed is a
+// *MissingError.
+func ReleaseConfig(version string) (ContainerdConfig, error) {
+	if version == "" {
+		cfg := ContainerdConfig{ConfigVersion: 2, Disabled: Disabled16}
+		var err error
+		if cfg.Binary, err = exec.LookPath("containerd"); err != nil {
+			return cfg, &MissingError{"containerd is not installed (scripts/deps.sh installs it)"}
+		}
+		if cfg.Ctr, err = exec.LookPath("ctr"); err != nil {
+			return cfg, &MissingError{"ctr is not installed (scripts/deps.sh installs it)"}
+		}
+		return cfg, nil
+	}
+	bin := ContainerdDir(version)
+	cfg := ContainerdConfig{
+		Binary:        filepath.Join(bin, "containerd"),
+		Ctr:           filepath.Join(bin, "ctr"),
+		Env:           Containerd2Env(bin),
+		ConfigVersion: 3,
+		Disabled:      Disabled2,
+	}
+	if strings.HasPrefix(version, "v1.") {
+		// containerd 1.7 reads config version 2 and has CRI as one plugin, as 1.6 does.
+		cfg.ConfigVersion, cfg.Disabled = 2, Disabled17
+	}
+	for _, p := range []string{cfg.Binary, cfg.Ctr} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			return cfg, &MissingError{fmt.Sprintf("containerd %s is not built in %s (scripts/containerd2.sh %s builds it)", version, bin, version)}
+		}
+	}
+	return cfg, nil
+}
+
 // Containerd2Dir is where scripts/containerd2.sh (below repoRoot) puts the binaries of the
 // containerd 2.x the tests and the benchmark run against. The version is read from the script so
 // that bumping it there is the only edit.
