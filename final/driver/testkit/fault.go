@@ -5,7 +5,6 @@ package testkit
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,30 +20,18 @@ import (
 // ends it is stopped, and the shims it left are killed.
 func NewContainerd(t testing.TB, generation int, name string) *Containerd {
 	t.Helper()
-	RequireRoot(t)
-	RequireCommand(t, "runc")
-	f := flavour{
-		dir: name,
-		// ctr puts containers in the cgroup /<namespace>/<id>, and the shims keep runc state
-		// below RuncRoot/<namespace>: both are this containerd's alone.
-		namespace: fmt.Sprintf("shimwalk-%s-%d", name, os.Getpid()),
-	}
+	var version string
 	switch generation {
 	case 1:
-		RequireCommand(t, "containerd", "ctr")
-		f.binary, _ = exec.LookPath("containerd")
-		f.ctr, _ = exec.LookPath("ctr")
-		f.configVersion, f.disabled = 2, disabled16
 	case 2:
-		bin := requireContainerd2(t)
-		f.binary, f.ctr = filepath.Join(bin, "containerd"), filepath.Join(bin, "ctr")
-		f.env = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
-		f.configVersion, f.disabled = 3, disabled2
+		version, _ = containerd2Dir(t)
 	default:
 		t.Fatalf("no containerd generation %d", generation)
 	}
-	c := launch(t, f)
-	t.Cleanup(c.stop)
+	// ctr puts containers in the cgroup /<namespace>/<id>, and the shims keep runc state below
+	// RuncRoot/<namespace>: both are this containerd's alone.
+	c := launch(t, version, false, name, fmt.Sprintf("shimwalk-%s-%d", name, os.Getpid()))
+	t.Cleanup(c.Stop)
 	return c
 }
 
