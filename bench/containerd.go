@@ -57,11 +57,10 @@ func startBench(o options, gen, work, rootfs string) (*bench, error) {
 	switch gen {
 	case "1.6":
 	case "2":
-		v, _, err := driver.Containerd2Dir(o.repo)
-		if err != nil {
+		var err error
+		if version, err = driver.Containerd2Version(o.repo); err != nil {
 			return nil, err
 		}
-		version = v
 	default:
 		return nil, fmt.Errorf("unknown containerd generation %q", gen)
 	}

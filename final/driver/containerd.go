@@ -45,8 +45,8 @@ type ContainerdConfig struct {
 	SharedNamespace bool
 }
 
-// Disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
-var Disabled16 = []string{
+// disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
+var disabled16 = []string{
 	"io.containerd.grpc.v1.cri",
 	"io.containerd.snapshotter.v1.aufs",
 	"io.containerd.snapshotter.v1.btrfs",
@@ -56,16 +56,16 @@ var Disabled16 = []string{
 	"io.containerd.tracing.processor.v1.otlp",
 }
 
-// Disabled17 is Disabled16 for containerd 1.7, which adds NRI: it listens on the host-wide
+// disabled17 is disabled16 for containerd 1.7, which adds NRI: it listens on the host-wide
 // /var/run/nri/nri.sock, which private containerds running side by side would fight over.
-var Disabled17 = append(slices.Clone(Disabled16), "io.containerd.nri.v1.nri")
+var disabled17 = append(slices.Clone(disabled16), "io.containerd.nri.v1.nri")
 
-// Disabled2 is the same for containerd 2.x, where CRI is four plugins. CRI would start here, but
+// disabled2 is the same for containerd 2.x, where CRI is four plugins. CRI would start here, but
 // it probes CNI and runs `containerd-shim-runc-v2 -info` from PATH, and nothing here needs it. NRI
 // listens on the host-wide /var/run/nri/nri.sock, which private containerds running side by side
 // would fight over. The shim sandbox controller stays: without any sandbox controller the
 // sandbox-controllers gRPC service fails to load.
-var Disabled2 = []string{
+var disabled2 = []string{
 	"io.containerd.grpc.v1.cri",
 	"io.containerd.cri.v1.images",
 	"io.containerd.cri.v1.runtime",
@@ -93,7 +93,7 @@ func (e *MissingError) Error() string { return e.msg }
 // *MissingError.
 func ReleaseConfig(version string) (ContainerdConfig, error) {
 	if version == "" {
-		cfg := ContainerdConfig{ConfigVersion: 2, Disabled: Disabled16}
+		cfg := ContainerdConfig{ConfigVersion: 2, Disabled: disabled16}
 		var err error
 		if cfg.Binary, err = exec.LookPath("containerd"); err != nil {
 			return cfg, &MissingError{"containerd is not installed (scripts/deps.sh installs it)"}
@@ -103,17 +103,19 @@ func ReleaseConfig(version string) (ContainerdConfig, error) {
 		}
 		return cfg, nil
 	}
-	bin := ContainerdDir(version)
+	bin := containerdDir(version)
 	cfg := ContainerdConfig{
-		Binary:        filepath.Join(bin, "containerd"),
-		Ctr:           filepath.Join(bin, "ctr"),
-		Env:           Containerd2Env(bin),
+		Binary: filepath.Join(bin, "containerd"),
+		Ctr:    filepath.Join(bin, "ctr"),
+		// containerd looks a runtime name up in PATH before beside its own binary: without this,
+		// io.containerd.runc.v2 would be Debian's 1.6 shim.
+		Env:           []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")},
 		ConfigVersion: 3,
-		Disabled:      Disabled2,
+		Disabled:      disabled2,
 	}
 	if strings.HasPrefix(version, "v1.") {
 		// containerd 1.7 reads config version 2 and has CRI as one plugin, as 1.6 does.
-		cfg.ConfigVersion, cfg.Disabled = 2, Disabled17
+		cfg.ConfigVersion, cfg.Disabled = 2, disabled17
 	}
 	for _, p := range []string{cfg.Binary, cfg.Ctr} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
@@ -123,18 +125,18 @@ func ReleaseConfig(version string) (ContainerdConfig, error) {
 	return cfg, nil
 }
 
-// Containerd2Dir is where scripts/containerd2.sh (below repoRoot) puts the binaries of the
-// containerd 2.x the tests and the benchmark run against. The version is read from the script so
-// that bumping it there is the only edit.
-func Containerd2Dir(repoRoot string) (version, bin string, err error) {
+// Containerd2Version is the containerd 2.x release (CONTAINERD2_VERSION of scripts/containerd2.sh,
+// below repoRoot) the tests and the benchmark run against. It is read from the script so that
+// bumping it there is the only edit.
+func Containerd2Version(repoRoot string) (string, error) {
 	values, err := scriptVar(repoRoot, "CONTAINERD2_VERSION")
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	if len(values) != 1 {
-		return "", "", fmt.Errorf("scripts/containerd2.sh: CONTAINERD2_VERSION names %d versions, want one", len(values))
+		return "", fmt.Errorf("scripts/containerd2.sh: CONTAINERD2_VERSION names %d versions, want one", len(values))
 	}
-	return values[0], ContainerdDir(values[0]), nil
+	return values[0], nil
 }
 
 // ContainerdVersions lists the containerd releases scripts/containerd2.sh builds by default
@@ -143,8 +145,8 @@ func ContainerdVersions(repoRoot string) ([]string, error) {
 	return scriptVar(repoRoot, "CONTAINERD_VERSIONS")
 }
 
-// ContainerdDir is the directory scripts/containerd2.sh builds version's binaries into.
-func ContainerdDir(version string) string {
+// containerdDir is the directory scripts/containerd2.sh builds version's binaries into.
+func containerdDir(version string) string {
 	cache := os.Getenv("SHIMWALK_CACHE")
 	if cache == "" {
 		cache = "/var/cache/shimwalk"
@@ -188,13 +190,6 @@ func scriptVar(repoRoot, name string) ([]string, error) {
 
 // validVersion is a containerd release tag; it also becomes a directory name.
 var validVersion = regexp.MustCompile(`^v[12]\.\d+\.\d+(-[0-9A-Za-z.]+)?$`)
-
-// Containerd2Env is the environment a containerd that scripts/containerd2.sh built into bin (1.7
-// or 2.x) needs: containerd looks a runtime name up in PATH before beside its own binary, so
-// without it io.containerd.runc.v2 would be Debian's 1.6 shim.
-func Containerd2Env(bin string) []string {
-	return []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
-}
 
 // Containerd is a running private containerd.
 type Containerd struct {

@@ -32,9 +32,11 @@ func TestContainerdVersionsFromTheScript(t *testing.T) {
 	if err != nil || !slices.Equal(versions, []string{"v1.7.35", "v2.2.9", "v2.4.2"}) {
 		t.Errorf("ContainerdVersions = %q, %v", versions, err)
 	}
-	version, bin, err := Containerd2Dir(root)
-	if err != nil || version != "v2.4.2" || bin != "/cache/containerd-v2.4.2/bin" {
-		t.Errorf("Containerd2Dir = %q, %q, %v", version, bin, err)
+	if version, err := Containerd2Version(root); err != nil || version != "v2.4.2" {
+		t.Errorf("Containerd2Version = %q, %v", version, err)
+	}
+	if bin := containerdDir("v2.4.2"); bin != "/cache/containerd-v2.4.2/bin" {
+		t.Errorf("containerdDir = %q", bin)
 	}
 }
 
@@ -52,8 +54,8 @@ func TestContainerdVersionsRefuseWhatIsNoVersion(t *testing.T) {
 			t.Errorf("script %q: err %v, want one naming the script and saying %q", tc.script, err, tc.want)
 		}
 	}
-	if _, _, err := Containerd2Dir(repoWith(t, "CONTAINERD2_VERSION=(v2.2.9 v2.4.2)\n")); err == nil {
-		t.Errorf("Containerd2Dir took two versions")
+	if _, err := Containerd2Version(repoWith(t, "CONTAINERD2_VERSION=(v2.2.9 v2.4.2)\n")); err == nil {
+		t.Errorf("Containerd2Version took two versions")
 	}
 }
 
@@ -83,8 +85,8 @@ func TestReleaseConfig(t *testing.T) {
 		schema   int
 		disabled []string
 	}{
-		{"v1.7.35", 2, Disabled17},
-		{"v2.4.2", 3, Disabled2},
+		{"v1.7.35", 2, disabled17},
+		{"v2.4.2", 3, disabled2},
 	} {
 		cfg, err := ReleaseConfig(tc.version)
 		bin := filepath.Join(cache, "containerd-"+tc.version, "bin")
@@ -114,7 +116,7 @@ func TestReleaseConfig(t *testing.T) {
 	}
 	cfg, err := ReleaseConfig("")
 	if err != nil || cfg.Binary != filepath.Join(path, "containerd") || cfg.Ctr != filepath.Join(path, "ctr") ||
-		cfg.ConfigVersion != 2 || !slices.Equal(cfg.Disabled, Disabled16) || cfg.Env != nil {
+		cfg.ConfigVersion != 2 || !slices.Equal(cfg.Disabled, disabled16) || cfg.Env != nil {
 		t.Errorf("ReleaseConfig(\"\") = %+v, %v; want 1.6's from %s", cfg, err, path)
 	}
 }

@@ -81,7 +81,7 @@ func NewLab(repoRoot, shim string) (*Lab, error) {
 	if _, err := os.Stat(shim); err != nil {
 		return nil, fmt.Errorf("the final shim: %w (make build builds it)", err)
 	}
-	version, _, err := driver.Containerd2Dir(repoRoot)
+	version, err := driver.Containerd2Version(repoRoot)
 	if err != nil {
 		return nil, err
 	}

@@ -47,8 +47,7 @@ func StartContainerdCgroupV1(t testing.TB) *Containerd {
 // runs beside the 1.6 one, in its own directory and namespace.
 func StartContainerd2(t testing.TB) *Containerd {
 	t.Helper()
-	v2, _ := containerd2Dir(t)
-	return StartContainerdRelease(t, v2, false)
+	return StartContainerdRelease(t, containerd2Version(t), false)
 }
 
 // ContainerdVersions lists the containerd releases of scripts/containerd2.sh's matrix
@@ -74,7 +73,7 @@ func StartContainerdRelease(t testing.TB, version string, cgroupV1Only bool) *Co
 		dir, namespace = dir+"v1", namespace+"v1"
 	}
 	if version != "" {
-		if v2, _ := containerd2Dir(t); version == v2 && !cgroupV1Only {
+		if version == containerd2Version(t) && !cgroupV1Only {
 			dir, namespace = dir+"2", namespace+"2"
 		} else {
 			dir, namespace = dir+"-"+version, namespace+"-"+version
@@ -91,15 +90,14 @@ func StartContainerdRelease(t testing.TB, version string, cgroupV1Only bool) *Co
 	return ctds[dir]
 }
 
-// containerd2Dir is where scripts/containerd2.sh puts the binaries of the containerd version it
-// names.
-func containerd2Dir(t testing.TB) (version, bin string) {
+// containerd2Version is the containerd 2.x that scripts/containerd2.sh names.
+func containerd2Version(t testing.TB) string {
 	t.Helper()
-	version, bin, err := driver.Containerd2Dir(RepoRoot(t))
+	version, err := driver.Containerd2Version(RepoRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return version, bin
+	return version
 }
 
 // launch starts a containerd of release version in dir below WorkDir, or fails or skips the test

@@ -24,7 +24,7 @@ func NewContainerd(t testing.TB, generation int, name string) *Containerd {
 	switch generation {
 	case 1:
 	case 2:
-		version, _ = containerd2Dir(t)
+		version = containerd2Version(t)
 	default:
 		t.Fatalf("no containerd generation %d", generation)
 	}
