@@ -199,8 +199,6 @@ type Containerd struct {
 	SocketDir    string // SHIMWALK_SOCKET_DIR of the shims it starts
 	RuncRoot     string // SHIMWALK_RUNC_ROOT of the shims it starts
 	Namespace    string
-	Binary       string
-	CtrBinary    string
 
 	cfg ContainerdConfig
 	// cgroupsBefore are the namespace's cgroups that existed at StartContainerd, for a
@@ -220,8 +218,6 @@ func StartContainerd(cfg ContainerdConfig) (*Containerd, error) {
 		SocketDir:    filepath.Join(cfg.Dir, "s"),
 		RuncRoot:     cfg.RuncRoot,
 		Namespace:    cfg.Namespace,
-		Binary:       cfg.Binary,
-		CtrBinary:    cfg.Ctr,
 		cfg:          cfg,
 	}
 	if cfg.SharedNamespace {
@@ -289,12 +285,12 @@ func (c *Containerd) Start() error {
 	}
 	defer logf.Close()
 	config := filepath.Join(c.Dir, "config.toml")
-	cmd := exec.Command(c.Binary, "--config", config)
+	cmd := exec.Command(c.cfg.Binary, "--config", config)
 	if c.cfg.CgroupV1Only {
 		// unshare and then sh exec, so containerd keeps the pid that is waited on.
 		script := `umount /sys/fs/cgroup/unified 2>/dev/null; exec "$@"`
 		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--",
-			"sh", "-c", script, "sh", c.Binary, "--config", config)
+			"sh", "-c", script, "sh", c.cfg.Binary, "--config", config)
 	}
 	cmd.Env = append(os.Environ(), "SHIMWALK_SOCKET_DIR="+c.SocketDir, "SHIMWALK_RUNC_ROOT="+c.RuncRoot)
 	cmd.Env = append(cmd.Env, c.cfg.Env...)
@@ -313,7 +309,7 @@ func (c *Containerd) Start() error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := exec.CommandContext(ctx, c.CtrBinary, "--address", c.Address, "version").Run()
+		err := c.CtrCommand(ctx, "version").Run()
 		cancel()
 		if err == nil {
 			return nil
@@ -361,10 +357,12 @@ func (c *Containerd) Stop() {
 	RemoveCgroups(c.Namespace)
 }
 
-// CtrCommand is this containerd's ctr, in its namespace, with args.
+// CtrCommand is this containerd's ctr, in its namespace, with args: the one way to build a ctr
+// command line against it. A command that lives as long as its caller lets it takes
+// context.Background().
 func (c *Containerd) CtrCommand(ctx context.Context, args ...string) *exec.Cmd {
 	full := append([]string{"--address", c.Address, "--namespace", c.Namespace}, args...)
-	return exec.CommandContext(ctx, c.CtrBinary, full...)
+	return exec.CommandContext(ctx, c.cfg.Ctr, full...)
 }
 
 // Bundle is where containerd keeps the bundle of task id.

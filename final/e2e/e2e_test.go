@@ -7,9 +7,9 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -269,7 +269,7 @@ func (e *env) testMetrics(t *testing.T) {
 
 // watchEvents runs ctr events until the test ends and returns what it prints.
 func (e *env) watchEvents(t *testing.T) *testkit.Buffer {
-	watch := exec.Command(e.c.CtrBinary, "--address", e.c.Address, "--namespace", e.c.Namespace, "events")
+	watch := e.c.CtrCommand(context.Background(), "events")
 	seen := &testkit.Buffer{}
 	watch.Stdout = seen
 	if err := watch.Start(); err != nil {

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,8 +75,7 @@ type background struct {
 // ctrBackground starts ctr with args; it is killed, if still running, when the test ends.
 func (e *env) ctrBackground(args ...string) *background {
 	e.t.Helper()
-	full := append([]string{"--address", e.c.Address, "--namespace", e.c.Namespace}, args...)
-	b := &background{cmd: exec.Command(e.c.CtrBinary, full...), done: make(chan struct{})}
+	b := &background{cmd: e.c.CtrCommand(context.Background(), args...), done: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
 	if err := b.cmd.Start(); err != nil {
 		e.t.Fatal(err)

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strings"
@@ -34,8 +35,7 @@ func (e *env) testTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--address", e.c.Address, "--namespace", e.c.Namespace}, e.runArgs("--rm", "-t")...)
-	cmd := exec.Command(e.c.CtrBinary, append(args, id, "/bin/sh")...)
+	cmd := e.c.CtrCommand(context.Background(), append(e.runArgs("--rm", "-t"), id, "/bin/sh")...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {

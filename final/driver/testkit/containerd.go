@@ -3,6 +3,7 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -155,8 +156,7 @@ func stopContainerd() {
 // Ctr runs this containerd's ctr against it in its test namespace.
 func (c *Containerd) Ctr(t testing.TB, args ...string) Result {
 	t.Helper()
-	full := append([]string{"--address", c.Address, "--namespace", c.Namespace}, args...)
-	return Run(t, "", nil, c.CtrBinary, full...)
+	return run(t, c.CtrCommand(context.Background(), args...))
 }
 
 // Mounts lists the mount points at or below dir as containerd (and its shims) see them, which

@@ -181,6 +181,13 @@ func Run(t testing.TB, dir string, env []string, name string, args ...string) Re
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
+	return run(t, cmd)
+}
+
+// run runs cmd, which has no output set, and returns its result; a failure to run at all fails
+// the test.
+func run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -192,7 +199,7 @@ func Run(t testing.TB, dir string, env []string, name string, args ...string) Re
 	case errors.As(err, &ee):
 		r.Code = ee.ExitCode()
 	case err != nil:
-		t.Fatalf("run %s: %v", name, err)
+		t.Fatalf("run %s: %v", cmd.Path, err)
 	}
 	return r
 }
