@@ -28,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/shimwalk/shimwalk/final/driver"
 )
 
 const (
@@ -541,10 +543,8 @@ func cleanupFiles(work string, before map[string]bool) []string {
 	return left
 }
 
-func cmdline(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-}
+// cmdline is pid's command line as a shell would show it, for a report.
+func cmdline(pid int) string { return strings.Join(driver.Cmdline(pid), " ") }
 
 // suiteContainers are the runc containers in the suite's namespace whose bundle the suite's
 // containerd made.

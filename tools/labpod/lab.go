@@ -178,7 +178,7 @@ func (l *Lab) Run(ctx context.Context) (res Result, err error) {
 		if err != nil {
 			return res, fmt.Errorf("shim %d: %w", pid, err)
 		}
-		res.Shims = append(res.Shims, Shim{Proc: p, ID: argAfter(cmdline(pid), "-id")})
+		res.Shims = append(res.Shims, Shim{Proc: p, ID: driver.FlagValue(driver.Cmdline(pid), "id")})
 	}
 	pods, err := l.pidOf(ctx, cfg, "inspectp", res.PodID)
 	if err != nil {
@@ -323,23 +323,6 @@ func (l *Lab) run(name string, cmd *exec.Cmd) (string, error) {
 		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(cmd.Args[1:], " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
-}
-
-func cmdline(pid int) []string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-}
-
-func argAfter(args []string, flag string) string {
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == flag {
-			return args[i+1]
-		}
-	}
-	return ""
 }
 
 func writeJSON(path string, v any) error {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shimwalk/shimwalk/final/driver"
 )
 
 // NewContainerd starts a containerd that belongs to t alone, so that t may kill and restart it
@@ -144,7 +146,7 @@ func NewFaultyRunc(t testing.TB) *FaultyRunc {
 			if err != nil {
 				continue
 			}
-			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), "sleep\x003600") {
+			if slices.Equal(driver.Cmdline(pid), []string{"sleep", "3600"}) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
