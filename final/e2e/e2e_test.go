@@ -68,6 +68,17 @@ func (e *env) runArgs(flags ...string) []string {
 	return append(args, "--rootfs", e.rootfs)
 }
 
+// runDetached is how most tests open: `ctr run -d` of id with flags, running args, and the task
+// RUNNING.
+func (e *env) runDetached(id string, flags []string, args ...string) {
+	e.t.Helper()
+	run := append(e.runArgs(append([]string{"-d"}, flags...)...), id)
+	if r := e.ctr(append(run, args...)...); r.Code != 0 {
+		e.t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
+	}
+	e.waitStatus(id, "RUNNING")
+}
+
 func (e *env) ctr(args ...string) testkit.Result {
 	e.t.Helper()
 	return e.c.Ctr(e.t, args...)
@@ -98,6 +109,27 @@ func (e *env) waitStatus(id, status string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// killDelete ends a running id as an operator does: ctr task kill -s KILL, then deleteKilled.
+func (e *env) killDelete(id string) {
+	e.t.Helper()
+	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
+		e.t.Fatalf("ctr task kill %s: %s", id, r.Stderr)
+	}
+	e.deleteKilled(id)
+}
+
+// deleteKilled waits for id, killed by SIGKILL, to stop, deletes its task, which must report exit
+// status 137, then its container, and waits until no shim serves id.
+func (e *env) deleteKilled(id string) {
+	e.t.Helper()
+	e.waitStatus(id, "STOPPED")
+	if r := e.ctr("task", "delete", id); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
+		e.t.Errorf("ctr task delete %s: exit %d, %q; want exit status 137", id, r.Code, r.Stdout+r.Stderr)
+	}
+	e.ctr("container", "delete", id)
+	e.noShimLeft(id)
 }
 
 // noShimLeft waits until no shim serves id any more.
@@ -170,9 +202,7 @@ func (e *env) testExecAndPs(t *testing.T) {
 	e = e.sub(t)
 	id := e.id("exec")
 	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	// The runtime options reached runc's replacement: the container is in its state, not runc's.
 	if known := testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc); !slices.Contains(known, id) {
 		t.Errorf("%s does not know %s: %v", binaryName(e.runc), id, known)
@@ -202,15 +232,7 @@ func (e *env) testExecAndPs(t *testing.T) {
 	if r := e.ctr("task", "exec", "--fifo-dir", detached, "-d", "--exec-id", "bg", id, "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "already exists") {
 		t.Errorf("a second exec with the id bg: exit %d, %q; want already exists", r.Code, r.Stderr)
 	}
-	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
-		t.Fatal(r.Stderr)
-	}
-	e.waitStatus(id, "STOPPED")
-	if r := e.ctr("task", "delete", id); r.Code != 0 {
-		t.Fatalf("ctr task delete: %s", r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.killDelete(id)
 }
 
 func (e *env) testPauseResume(t *testing.T) {
@@ -218,9 +240,7 @@ func (e *env) testPauseResume(t *testing.T) {
 	id := e.id("pause")
 	e.cleanup(id)
 	seen := e.watchEvents(t)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	if r := e.ctr("task", "pause", id); r.Code != 0 {
 		t.Fatalf("ctr task pause: %s", r.Stderr)
 	}
@@ -239,10 +259,7 @@ func (e *env) testMetrics(t *testing.T) {
 	e = e.sub(t)
 	id := e.id("metrics")
 	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sh", "-c", "sleep 100 & sleep 100 & wait")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	e.runDetached(id, nil, "/bin/sh", "-c", "sleep 100 & sleep 100 & wait")
 	var r testkit.Result
 	value := func(metric string) int {
 		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(metric) + `\s+(\d+)`).FindStringSubmatch(r.Stdout)
@@ -323,23 +340,11 @@ func (e *env) testKillDelete(t *testing.T) {
 	e = e.sub(t)
 	id := e.id("kill")
 	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	if r := e.ctr("task", "delete", id); r.Code == 0 {
 		t.Errorf("ctr task delete of a running task succeeded")
 	}
-	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
-		t.Fatalf("ctr task kill: %s", r.Stderr)
-	}
-	e.waitStatus(id, "STOPPED")
-	r := e.ctr("task", "delete", id)
-	if r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete: exit %d, %q; want exit status 137", r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.killDelete(id)
 }
 
 func (e *env) testLogURI(t *testing.T) {
@@ -390,12 +395,8 @@ func (e *env) testGroupBy(t *testing.T, label string) {
 	e.cleanup(a, b)
 	group := label + "=" + e.id("pod")
 	for _, id := range []string{a, b} {
-		if r := e.ctr(append(e.runArgs("-d", "--annotation", group), id, "/bin/sleep", "100")...); r.Code != 0 {
-			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
-		}
+		e.runDetached(id, []string{"--annotation", group}, "/bin/sleep", "100")
 	}
-	e.waitStatus(a, "RUNNING")
-	e.waitStatus(b, "RUNNING")
 	shims := e.c.Shims(a)
 	if len(shims) != 1 || len(e.c.Shims(b)) != 0 {
 		t.Fatalf("shims for %s: %v, for %s: %v; want one shim, started for the first", a, shims, b, e.c.Shims(b))
@@ -474,11 +475,7 @@ func (e *env) testShimCgroup(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\d+:memory:` + regexp.QuoteMeta(cgroup) + `$`).Match(data) {
 		t.Errorf("the shim is not in %s:\n%s", cgroup, data)
 	}
-	e.ctr("task", "kill", "-s", "KILL", id)
-	e.waitStatus(id, "STOPPED")
-	e.ctr("task", "delete", id)
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.killDelete(id)
 }
 
 // testRestart kills containerd under a running container and under one that exits while
@@ -489,9 +486,7 @@ func (e *env) testRestart(t *testing.T) {
 	running, exiting := e.id("stays"), e.id("exits")
 	e.cleanup(running, exiting)
 	for _, id := range []string{running, exiting} {
-		if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
-		}
+		e.runDetached(id, nil, "/bin/sleep", "100")
 	}
 	shims := map[string][]int{running: e.c.Shims(running), exiting: e.c.Shims(exiting)}
 	e.c.Kill(t)
@@ -508,19 +503,8 @@ func (e *env) testRestart(t *testing.T) {
 		}
 	}
 	e.waitStatus(running, "RUNNING")
-	e.waitStatus(exiting, "STOPPED")
-	if r := e.ctr("task", "delete", exiting); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete %s: exit %d, %q", exiting, r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("task", "kill", "-s", "KILL", running)
-	e.waitStatus(running, "STOPPED")
-	if r := e.ctr("task", "delete", running); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete %s: exit %d, %q", running, r.Code, r.Stdout+r.Stderr)
-	}
-	for _, id := range []string{running, exiting} {
-		e.ctr("container", "delete", id)
-		e.noShimLeft(id)
-	}
+	e.deleteKilled(exiting)
+	e.killDelete(running)
 }
 
 // testNothingLeft checks, after the suite, that no container of it left a trace.

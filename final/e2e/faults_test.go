@@ -229,9 +229,7 @@ func (f *faults) afterStart(strike string) {
 	f.cleanup(id)
 	f.logOnFailure(id)
 	seen := f.watchEvents(f.t)
-	if r := f.ctr(append(f.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		f.t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	f.runDetached(id, nil, "/bin/sleep", "100")
 	shim, pid := f.shimOf(id), f.initPid(id)
 	// The check for leftovers sees a live container for what it is: it can fail.
 	live := strings.Join(f.c.Leftovers(f.t, id, true, pid), " ")
@@ -378,9 +376,7 @@ func (f *faults) duringExec(strike string) {
 	f.cleanup(id)
 	f.logOnFailure(id)
 	seen := f.watchEvents(f.t)
-	if r := f.ctr(append(f.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		f.t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	f.runDetached(id, nil, "/bin/sleep", "100")
 	shim, pid := f.shimOf(id), f.initPid(id)
 	f.runc.Set(f.t, "exec", testkit.Block)
 	defer f.runc.Clear(f.t, "exec")
@@ -421,9 +417,7 @@ func (f *faults) duringDelete(strike string) {
 	id := f.id("delete")
 	f.cleanup(id)
 	f.logOnFailure(id)
-	if r := f.ctr(append(f.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		f.t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	f.runDetached(id, nil, "/bin/sleep", "100")
 	shim, pid := f.shimOf(id), f.initPid(id)
 	f.ctr("task", "kill", "-s", "KILL", id)
 	f.waitStatus(id, "STOPPED")

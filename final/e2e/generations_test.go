@@ -176,23 +176,12 @@ func (e *env) testExecKill(t *testing.T) {
 	e = e.sub(t)
 	id := e.id("exec")
 	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
 	if r.Code != 4 || r.Stdout != "in-exec\n" {
 		t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
 	}
-	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
-		t.Fatalf("ctr task kill: %s", r.Stderr)
-	}
-	e.waitStatus(id, "STOPPED")
-	if r := e.ctr("task", "delete", id); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete: exit %d, %q; want exit status 137", r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.killDelete(id)
 }
 
 // testRestartExit kills containerd under a running container: after the restart containerd
@@ -202,10 +191,7 @@ func (e *env) testRestartExit(t *testing.T) {
 	e = e.sub(t)
 	id := e.id("restart")
 	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	before := e.c.Shims(id)
 	e.c.Kill(t)
 	e.c.Restart(t)
@@ -217,12 +203,7 @@ func (e *env) testRestartExit(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the container's process %d: %v", pid, err)
 	}
-	e.waitStatus(id, "STOPPED")
-	if r := e.ctr("task", "delete", id); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete: exit %d, %q; want exit status 137", r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.deleteKilled(id)
 }
 
 // crunRefusal is what Debian 12's crun 1.8.1 measurably answers to the spec of the containerd

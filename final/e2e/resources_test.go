@@ -31,9 +31,7 @@ func (e *env) testOOMExec(t *testing.T) {
 	id := e.id("oomexec")
 	e.cleanup(id)
 	seen := e.watchEvents(t)
-	if r := e.ctr(append(e.runArgs("-d", "--memory-limit", "33554432"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	e.runDetached(id, []string{"--memory-limit", "33554432"}, "/bin/sleep", "100")
 	// tail keeps the last lines of its input, and /dev/zero has no line end.
 	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "hog", id, "/bin/tail", "/dev/zero")
 	if r.Code != 137 {
@@ -112,10 +110,7 @@ func (e *env) testUpdate(t *testing.T) {
 	e = e.sub(t)
 	id := e.id("update")
 	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d", "--memory-limit", "67108864"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	e.runDetached(id, []string{"--memory-limit", "67108864"}, "/bin/sleep", "100")
 	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
 	if got := memoryLimit(t, pid); got != 64<<20 {
 		t.Fatalf("memory.limit_in_bytes = %d before the update, want %d", got, 64<<20)
