@@ -195,7 +195,7 @@ var validVersion = regexp.MustCompile(`^v[12]\.\d+\.\d+(-[0-9A-Za-z.]+)?$`)
 type Containerd struct {
 	Dir          string
 	Address      string // gRPC socket, for ctr
-	TTRPCAddress string
+	ttrpcAddress string
 	SocketDir    string // SHIMWALK_SOCKET_DIR of the shims it starts
 	RuncRoot     string // SHIMWALK_RUNC_ROOT of the shims it starts
 	Namespace    string
@@ -214,14 +214,14 @@ func StartContainerd(cfg ContainerdConfig) (*Containerd, error) {
 	c := &Containerd{
 		Dir:          cfg.Dir,
 		Address:      filepath.Join(cfg.Dir, "c.sock"),
-		TTRPCAddress: filepath.Join(cfg.Dir, "c.sock.ttrpc"),
+		ttrpcAddress: filepath.Join(cfg.Dir, "c.sock.ttrpc"),
 		SocketDir:    filepath.Join(cfg.Dir, "s"),
 		RuncRoot:     cfg.RuncRoot,
 		Namespace:    cfg.Namespace,
 		cfg:          cfg,
 	}
 	if cfg.SharedNamespace {
-		c.cgroupsBefore = CgroupDirs(cfg.Namespace)
+		c.cgroupsBefore = cgroupDirs(cfg.Namespace)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("containerd dir: %w", err)
@@ -264,7 +264,7 @@ disabled_plugins = [
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
 `, c.cfg.ConfigVersion, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), disabled.String(),
-		c.Address, c.TTRPCAddress, level, filepath.Join(c.Dir, "opt"))
+		c.Address, c.ttrpcAddress, level, filepath.Join(c.Dir, "opt"))
 	if c.cfg.ConfigVersion >= 3 {
 		// containerd 2.3 and later hand shims a socket directory of their own (socket_dir in
 		// BootstrapParams, default /run/containerd/s), which wins over SHIMWALK_SOCKET_DIR.
@@ -327,8 +327,8 @@ func (c *Containerd) Start() error {
 	}
 }
 
-// Pid is containerd's process id (while it runs).
-func (c *Containerd) Pid() int { return c.cmd.Process.Pid }
+// pid is containerd's process id (while it runs).
+func (c *Containerd) pid() int { return c.cmd.Process.Pid }
 
 // Kill stops containerd with SIGKILL, as a crash would; the shims it started live on.
 func (c *Containerd) Kill() {
@@ -351,7 +351,7 @@ func (c *Containerd) Stop() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if c.cfg.SharedNamespace {
-		RemoveCgroupsExcept(c.cgroupsBefore, c.Namespace)
+		removeCgroupsExcept(c.cgroupsBefore, c.Namespace)
 		return
 	}
 	RemoveCgroups(c.Namespace)
@@ -384,7 +384,7 @@ func (c *Containerd) Shims(id string) []int {
 // Mounts lists the mount points at or below dir as containerd (and its shims) see them, which
 // for a CgroupV1Only one is another mount namespace than the caller's.
 func (c *Containerd) Mounts(dir string) ([]string, error) {
-	return MountsUnderIn(fmt.Sprintf("/proc/%d/mountinfo", c.Pid()), dir)
+	return MountsUnderIn(fmt.Sprintf("/proc/%d/mountinfo", c.pid()), dir)
 }
 
 // ShimsOf finds processes started with -address address that are not a start or delete helper.
@@ -397,7 +397,7 @@ func ShimsOf(address string) []int {
 
 // RemoveCgroups removes the (by now empty) cgroup directories at paths below each hierarchy's
 // root, deepest first. A cgroup that still holds a process stays.
-func RemoveCgroups(paths ...string) { RemoveCgroupsExcept(nil, paths...) }
+func RemoveCgroups(paths ...string) { removeCgroupsExcept(nil, paths...) }
 
 // cgroupRoots are the hierarchies' roots: each v1 controller's and the v2 (or hybrid) one.
 func cgroupRoots() []string {
@@ -419,8 +419,8 @@ func cgroupTree(path string) []string {
 	return dirs
 }
 
-// CgroupDirs are the cgroup directories at and below paths in every hierarchy now.
-func CgroupDirs(paths ...string) map[string]bool {
+// cgroupDirs are the cgroup directories at and below paths in every hierarchy now.
+func cgroupDirs(paths ...string) map[string]bool {
 	set := map[string]bool{}
 	for _, p := range paths {
 		for _, d := range cgroupTree(p) {
@@ -430,8 +430,8 @@ func CgroupDirs(paths ...string) map[string]bool {
 	return set
 }
 
-// RemoveCgroupsExcept is RemoveCgroups for the directories not in keep (none for nil).
-func RemoveCgroupsExcept(keep map[string]bool, paths ...string) {
+// removeCgroupsExcept is RemoveCgroups for the directories not in keep (none for nil).
+func removeCgroupsExcept(keep map[string]bool, paths ...string) {
 	for _, p := range paths {
 		dirs := cgroupTree(p)
 		for i := len(dirs) - 1; i >= 0; i-- {

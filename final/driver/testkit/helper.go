@@ -24,8 +24,8 @@ var helpers = map[string]func(args []string) int{}
 
 const helperEnv = "SHIMWALK_TESTKIT_HELPER"
 
-// RegisterHelper makes fn runnable by RunHelper under name. Call it from an init function.
-func RegisterHelper(name string, fn func(args []string) int) {
+// registerHelper makes fn runnable by RunHelper under name. Call it from an init function.
+func registerHelper(name string, fn func(args []string) int) {
 	helpers[name] = fn
 }
 
@@ -46,7 +46,7 @@ func init() {
 	// ttrpc-connect ADDRESS: calls Connect on the shim at ADDRESS and prints the shim's pid.
 	// Exit 1: connected, and the call was refused; 3: could not connect at all (file
 	// permissions), so that a test of the peer-credential check can tell the two apart.
-	RegisterHelper("ttrpc-connect", func(args []string) int {
+	registerHelper("ttrpc-connect", func(args []string) int {
 		if len(args) != 1 {
 			fmt.Fprintln(os.Stderr, "usage: ttrpc-connect ADDRESS")
 			return 2

@@ -93,9 +93,9 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
-// BinaryName is the name `make build` gives the program in pkgDir (relative to the repo root).
+// binaryName is the name `make build` gives the program in pkgDir (relative to the repo root).
 // A step ("steps/04-subreaper") and an exercise copy of it ("work/04.2") are both step 04's shim.
-func BinaryName(pkgDir string) string {
+func binaryName(pkgDir string) string {
 	base := filepath.Base(pkgDir)
 	if len(base) > 3 && base[0] >= '0' && base[0] <= '9' && base[1] >= '0' && base[1] <= '9' &&
 		(base[2] == '-' || base[2] == '.') {
@@ -130,7 +130,7 @@ func Binary(t testing.TB, pkgDir string) string {
 		return p
 	}
 	root := RepoRoot(t)
-	out := filepath.Join(WorkDir(t), "bin", BinaryName(pkgDir))
+	out := filepath.Join(WorkDir(t), "bin", binaryName(pkgDir))
 	cmd := exec.Command("go", "build", "-o", out, "./"+pkgDir)
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
