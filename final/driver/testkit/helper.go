@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,33 +68,27 @@ func init() {
 	})
 }
 
-var (
-	helperOnce sync.Once
-	helperBin  string
-	helperErr  error
-)
+// helper is the copy of the test binary RunHelper runs.
+var helperCopy perProcess[string]
 
 // helperBinary is a copy of the test binary that any user may execute: go test keeps its
 // binaries in a directory only root can enter.
 func helperBinary(t testing.TB) string {
 	t.Helper()
-	helperOnce.Do(func() {
+	return helperCopy.get(t, func() (string, error) {
 		self, err := os.Executable()
 		if err != nil {
-			helperErr = err
-			return
+			return "", fmt.Errorf("helper binary: %w", err)
 		}
-		helperErr = os.Chmod(WorkDir(t), 0o711)
-		if helperErr != nil {
-			return
+		if err := os.Chmod(WorkDir(t), 0o711); err != nil {
+			return "", fmt.Errorf("helper binary: %w", err)
 		}
-		helperBin = filepath.Join(WorkDir(t), "helper")
-		helperErr = copyExecutable(self, helperBin)
+		bin := filepath.Join(WorkDir(t), "helper")
+		if err := copyExecutable(self, bin); err != nil {
+			return "", fmt.Errorf("helper binary: %w", err)
+		}
+		return bin, nil
 	})
-	if helperErr != nil {
-		t.Fatalf("helper binary: %v", helperErr)
-	}
-	return helperBin
 }
 
 // RunHelper runs the helper name in a copy of the test binary as uid:gid and returns its result.

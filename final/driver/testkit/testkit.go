@@ -74,6 +74,24 @@ func missing(t testing.TB, why string) {
 	t.Skip(why)
 }
 
+// perProcess is a value the kit makes at most once per test process, such as the rootfs: the
+// first test that needs it makes it, and every test fails alike if making it failed.
+type perProcess[T any] struct {
+	once  sync.Once
+	value T
+	err   error
+}
+
+// get is the value, made by build on first use.
+func (p *perProcess[T]) get(t testing.TB, build func() (T, error)) T {
+	t.Helper()
+	p.once.Do(func() { p.value, p.err = build() })
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.value
+}
+
 // RepoRoot is the directory holding go.mod.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
