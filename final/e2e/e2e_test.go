@@ -460,10 +460,10 @@ func (e *env) testShimCgroup(t *testing.T) {
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"run", "-d", "--runtime", e.shim, "--fifo-dir", e.fifoDir(), "--runtime-config-path", config, "--rootfs", e.rootfs, id, "/bin/sleep", "100"}
-	if r := e.ctr(args...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	// runArgs passes the suite's runtime config; this container's adds the cgroup to it.
+	withCgroup := *e
+	withCgroup.config = config
+	withCgroup.runDetached(id, nil, "/bin/sleep", "100")
 	shims := e.c.Shims(id)
 	if len(shims) != 1 {
 		t.Fatalf("shims of %s: %v", id, shims)
