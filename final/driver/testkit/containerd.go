@@ -91,6 +91,27 @@ func StartContainerdRelease(t testing.TB, version string, cgroupV1Only bool) *Co
 	return ctds[dir]
 }
 
+// NewContainerd starts a containerd that belongs to t alone, so that t may kill and restart it
+// while other tests run: generation 1 is Debian's 1.6, 2 is the 2.x of scripts/containerd2.sh.
+// name keeps its directory and namespace apart from every other one of the test process. When t
+// ends it is stopped, and the shims it left are killed.
+func NewContainerd(t testing.TB, generation int, name string) *Containerd {
+	t.Helper()
+	var version string
+	switch generation {
+	case 1:
+	case 2:
+		version = containerd2Version(t)
+	default:
+		t.Fatalf("no containerd generation %d", generation)
+	}
+	// ctr puts containers in the cgroup /<namespace>/<id>, and the shims keep runc state below
+	// RuncRoot/<namespace>: both are this containerd's alone.
+	c := launch(t, version, false, name, fmt.Sprintf("shimwalk-%s-%d", name, os.Getpid()))
+	t.Cleanup(c.Stop)
+	return c
+}
+
 // containerd2Version is the containerd 2.x that scripts/containerd2.sh names.
 func containerd2Version(t testing.TB) string {
 	t.Helper()
