@@ -111,6 +111,15 @@ func (e *env) waitStatus(id, status string) {
 	}
 }
 
+// execOutput runs an exec in id that prints and exits 4, and checks that ctr passes on both.
+func (e *env) execOutput(id string) {
+	e.t.Helper()
+	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
+	if r.Code != 4 || r.Stdout != "in-exec\n" {
+		e.t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
+	}
+}
+
 // killDelete ends a running id as an operator does: ctr task kill -s KILL, then deleteKilled.
 func (e *env) killDelete(id string) {
 	e.t.Helper()
@@ -207,10 +216,7 @@ func (e *env) testExecAndPs(t *testing.T) {
 	if known := testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc); !slices.Contains(known, id) {
 		t.Errorf("%s does not know %s: %v", binaryName(e.runc), id, known)
 	}
-	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
-	if r.Code != 4 || r.Stdout != "in-exec\n" {
-		t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
-	}
+	e.execOutput(id)
 	// A detached exec shows up in ps with its exec id. ctr leaves a detached exec's FIFOs for
 	// good (no ctr stays to remove them), so they go to a directory NothingLeft does not check.
 	detached := testkit.TempDir(t)
@@ -249,9 +255,7 @@ func (e *env) testPauseResume(t *testing.T) {
 		t.Fatalf("ctr task resume: %s", r.Stderr)
 	}
 	e.waitStatus(id, "RUNNING")
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed paused, then resumed", func() bool {
-		return topicsOf(seen, id, "/tasks/paused", "/tasks/resumed") == "/tasks/paused /tasks/resumed"
-	})
+	e.waitTopics(seen, id, "/tasks/paused", "/tasks/resumed")
 }
 
 // testMetrics reads a running container's cgroup metrics with ctr task metrics.
@@ -302,6 +306,16 @@ func (e *env) watchEvents(t *testing.T) *testkit.Buffer {
 	return seen
 }
 
+// waitTopics waits until ctr events showed, of the topics in want, exactly want for container id,
+// in that order (a topic may come more than once).
+func (e *env) waitTopics(seen *testkit.Buffer, id string, want ...string) {
+	e.t.Helper()
+	topics := slices.Compact(slices.Sorted(slices.Values(want)))
+	testkit.Eventually(e.t, 10*time.Second, "ctr events never showed "+strings.Join(want, " then ")+" for "+id, func() bool {
+		return topicsOf(seen, id, topics...) == strings.Join(want, " ")
+	})
+}
+
 // topicsOf lists, in order, the topics among wanted that ctr events showed for container id.
 func topicsOf(seen *testkit.Buffer, id string, wanted ...string) string {
 	var topics []string
@@ -331,9 +345,7 @@ func (e *env) testOOM(t *testing.T) {
 	if r.Code != 137 {
 		t.Errorf("ctr run past the memory limit exited %d, want 137: %s", r.Code, r.Stderr)
 	}
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed the oom and the exit", func() bool {
-		return topicsOf(seen, id, "/tasks/oom", "/tasks/exit") == "/tasks/oom /tasks/exit"
-	})
+	e.waitTopics(seen, id, "/tasks/oom", "/tasks/exit")
 }
 
 func (e *env) testKillDelete(t *testing.T) {

@@ -177,10 +177,7 @@ func (e *env) testExecKill(t *testing.T) {
 	id := e.id("exec")
 	e.cleanup(id)
 	e.runDetached(id, nil, "/bin/sleep", "100")
-	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
-	if r.Code != 4 || r.Stdout != "in-exec\n" {
-		t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
-	}
+	e.execOutput(id)
 	e.killDelete(id)
 }
 

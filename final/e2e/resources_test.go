@@ -37,18 +37,14 @@ func (e *env) testOOMExec(t *testing.T) {
 	if r.Code != 137 {
 		t.Errorf("ctr task exec past the memory limit exited %d, want 137: %s", r.Code, r.Stderr)
 	}
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed the oom and the exec's exit", func() bool {
-		return topicsOf(seen, id, "/tasks/oom", "/tasks/exit") == "/tasks/oom /tasks/exit"
-	})
+	e.waitTopics(seen, id, "/tasks/oom", "/tasks/exit")
 	e.waitStatus(id, "RUNNING")
 	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
 		t.Fatalf("ctr task kill: %s", r.Stderr)
 	}
 	e.waitStatus(id, "STOPPED")
 	// The kill of the init is no OOM kill, and the earlier one is not reported again.
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed the init's exit", func() bool {
-		return topicsOf(seen, id, "/tasks/oom", "/tasks/exit") == "/tasks/oom /tasks/exit /tasks/exit"
-	})
+	e.waitTopics(seen, id, "/tasks/oom", "/tasks/exit", "/tasks/exit")
 }
 
 // updateTask calls containerd's Tasks.Update over gRPC, which ctr of neither generation offers.
