@@ -399,8 +399,9 @@ func ShimsOf(address string) []int {
 // root, deepest first. A cgroup that still holds a process stays.
 func RemoveCgroups(paths ...string) { removeCgroupsExcept(nil, paths...) }
 
-// cgroupRoots are the hierarchies' roots: each v1 controller's and the v2 (or hybrid) one.
-func cgroupRoots() []string {
+// CgroupRoots are the hierarchies' roots: each v1 controller's and the v2 (or hybrid) one (on a
+// v1 or hybrid host /sys/fs/cgroup itself is a tmpfs that holds them).
+func CgroupRoots() []string {
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
 	return append(roots, "/sys/fs/cgroup")
 }
@@ -408,7 +409,7 @@ func cgroupRoots() []string {
 // cgroupTree is the directories at and below path in every hierarchy, parents first.
 func cgroupTree(path string) []string {
 	var dirs []string
-	for _, root := range cgroupRoots() {
+	for _, root := range CgroupRoots() {
 		_ = filepath.WalkDir(filepath.Join(root, path), func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				dirs = append(dirs, p)

@@ -121,13 +121,6 @@ func isSuiteProcess(args []string) bool {
 	return false
 }
 
-// cgroupHierarchies are the roots of this host's cgroup hierarchies: each v1 controller's and
-// the v2 one (on a v1 or hybrid host /sys/fs/cgroup itself is a tmpfs that holds them).
-func cgroupHierarchies() []string {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	return append(roots, "/sys/fs/cgroup")
-}
-
 // suiteCgroups are the cgroup directories of the suite's namespaces in hierarchies that exist
 // now: containerd puts a container's cgroup below its namespace, and the suite uses "testing"
 // and, for some tests, "testing-<test>".

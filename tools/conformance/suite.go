@@ -118,7 +118,7 @@ func runCmd(ctx context.Context, args []string) error {
 	}
 	// Nothing records which cgroups of the suite's namespace an earlier run or anything else
 	// made: only those that appear from here on are this run's to remove.
-	cgroupsBefore := suiteCgroups(cgroupHierarchies())
+	cgroupsBefore := suiteCgroups(driver.CgroupRoots())
 	// A partial run's directory holds only this run's results, never an older partial run's.
 	if o.partial {
 		if err := os.RemoveAll(runDir); err != nil {
@@ -525,7 +525,7 @@ func cleanupFiles(work string, before map[string]bool) []string {
 		err := syscall.Unmount(m, syscall.MNT_DETACH)
 		left = append(left, fmt.Sprintf("mount %s (unmount: %v)", m, err))
 	}
-	for _, d := range newEmptyCgroups(cgroupHierarchies(), before) {
+	for _, d := range newEmptyCgroups(driver.CgroupRoots(), before) {
 		if err := os.Remove(d); err == nil {
 			left = append(left, "cgroup "+d)
 		}

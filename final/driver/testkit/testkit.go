@@ -239,8 +239,7 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 // were put in, and the parent all test processes share once no other uses it.
 func removeCgroups(paths ...string) {
 	driver.RemoveCgroups(paths...)
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, root := range append(roots, "/sys/fs/cgroup") {
+	for _, root := range driver.CgroupRoots() {
 		os.Remove(filepath.Join(root, "shimwalk-test")) // fails while another test process uses it
 	}
 }
