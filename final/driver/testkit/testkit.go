@@ -176,7 +176,7 @@ func TempDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if mounts, _ := mountsBelow(dir); len(mounts) > 0 {
+		if mounts, _ := driver.MountsUnder(dir); len(mounts) > 0 {
 			t.Errorf("mounts left under %s: %v", dir, mounts)
 			return // never remove through a mount point
 		}
