@@ -84,6 +84,14 @@ func (e *env) ctr(args ...string) testkit.Result {
 	return e.c.Ctr(e.t, args...)
 }
 
+// container is the id of a container of this suite named name, removed whatever its state when
+// the test ends.
+func (e *env) container(name string) string {
+	id := e.id(name)
+	e.cleanup(id)
+	return id
+}
+
 // cleanup removes a container whatever state it is in.
 func (e *env) cleanup(ids ...string) {
 	e.t.Cleanup(func() {
@@ -198,8 +206,7 @@ func (e *env) sub(t *testing.T) *env {
 
 func (e *env) testRunRm(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("rm")
-	e.cleanup(id)
+	id := e.container("rm")
 	r := e.ctr(append(e.runArgs("--rm"), id, "/bin/sh", "-c", "echo out; echo err >&2; exit 3")...)
 	if r.Code != 3 || r.Stdout != "out\n" || !strings.Contains(r.Stderr, "err\n") {
 		t.Errorf("ctr run --rm: exit %d, stdout %q, stderr %q; want 3, out, err", r.Code, r.Stdout, r.Stderr)
@@ -209,8 +216,7 @@ func (e *env) testRunRm(t *testing.T) {
 
 func (e *env) testExecAndPs(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("exec")
-	e.cleanup(id)
+	id := e.container("exec")
 	e.runDetached(id, nil, "/bin/sleep", "100")
 	// The runtime options reached runc's replacement: the container is in its state, not runc's.
 	if known := testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc); !slices.Contains(known, id) {
@@ -243,8 +249,7 @@ func (e *env) testExecAndPs(t *testing.T) {
 
 func (e *env) testPauseResume(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("pause")
-	e.cleanup(id)
+	id := e.container("pause")
 	seen := e.watchEvents(t)
 	e.runDetached(id, nil, "/bin/sleep", "100")
 	if r := e.ctr("task", "pause", id); r.Code != 0 {
@@ -261,8 +266,7 @@ func (e *env) testPauseResume(t *testing.T) {
 // testMetrics reads a running container's cgroup metrics with ctr task metrics.
 func (e *env) testMetrics(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("metrics")
-	e.cleanup(id)
+	id := e.container("metrics")
 	e.runDetached(id, nil, "/bin/sh", "-c", "sleep 100 & sleep 100 & wait")
 	var r testkit.Result
 	value := func(metric string) int {
@@ -336,8 +340,7 @@ func topicsOf(seen *testkit.Buffer, id string, wanted ...string) string {
 // /tasks/exit with 137, in that order, and ctr run exits 137.
 func (e *env) testOOM(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("oom")
-	e.cleanup(id)
+	id := e.container("oom")
 	seen := e.watchEvents(t)
 	// tail keeps the last lines of its input, and /dev/zero has no line end: it grows until
 	// the OOM killer ends it.
@@ -350,8 +353,7 @@ func (e *env) testOOM(t *testing.T) {
 
 func (e *env) testKillDelete(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("kill")
-	e.cleanup(id)
+	id := e.container("kill")
 	e.runDetached(id, nil, "/bin/sleep", "100")
 	if r := e.ctr("task", "delete", id); r.Code == 0 {
 		t.Errorf("ctr task delete of a running task succeeded")
@@ -369,8 +371,7 @@ func (e *env) testLogURI(t *testing.T) {
 	script := "#!/bin/sh\nexec 5>&-\ncat <&3 >\"$2.out\" & cat <&4 >\"$2.err\" &\nwait\n"
 	testkit.WriteExecutable(t, logger, []byte(script))
 	base := filepath.Join(dir, "binary")
-	id := e.id("logbin")
-	e.cleanup(id)
+	id := e.container("logbin")
 	r := e.ctr(append(e.runArgs("--rm", "--log-uri", "binary://"+logger+"?to="+base), id, "/bin/sh", "-c", "echo to-binary; echo err-binary >&2")...)
 	if r.Code != 0 {
 		t.Fatalf("ctr run --log-uri binary://: exit %d: %s", r.Code, r.Stderr)
@@ -382,8 +383,7 @@ func (e *env) testLogURI(t *testing.T) {
 	})
 
 	logFile := filepath.Join(dir, "file.log")
-	id = e.id("logfile")
-	e.cleanup(id)
+	id = e.container("logfile")
 	r = e.ctr(append(e.runArgs("--rm", "--log-uri", "file://"+logFile), id, "/bin/sh", "-c", "echo to-file")...)
 	if r.Code != 0 {
 		t.Fatalf("ctr run --log-uri file://: exit %d: %s", r.Code, r.Stderr)
@@ -437,8 +437,7 @@ func (e *env) testGroupBy(t *testing.T, label string) {
 // testShimCgroup names a cgroup in the runtime options: the long-lived shim runs in it.
 func (e *env) testShimCgroup(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("shimcg")
-	e.cleanup(id)
+	id := e.container("shimcg")
 	// Below the test process's cgroup parent, which testkit.Main removes at the end.
 	cgroup := "/shimwalk-test/" + filepath.Base(testkit.WorkDir(t)) + "/" + id
 	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")

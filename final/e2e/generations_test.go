@@ -174,8 +174,7 @@ func cell(t *testing.T) string {
 // delete reports.
 func (e *env) testExecKill(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("exec")
-	e.cleanup(id)
+	id := e.container("exec")
 	e.runDetached(id, nil, "/bin/sleep", "100")
 	e.execOutput(id)
 	e.killDelete(id)
@@ -186,8 +185,7 @@ func (e *env) testExecKill(t *testing.T) {
 // killed behind containerd's back) through the reconnected shim's event.
 func (e *env) testRestartExit(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("restart")
-	e.cleanup(id)
+	id := e.container("restart")
 	e.runDetached(id, nil, "/bin/sleep", "100")
 	before := e.c.Shims(id)
 	e.c.Kill(t)
@@ -225,8 +223,7 @@ func testGenerationCrun(t *testing.T, r release, res *row) {
 	testkit.RequireCommand(t, "crun")
 	c := testkit.StartContainerdRelease(t, r.version, true)
 	e := newEnv(t, c, "crun", "gen"+strconv.Itoa(r.minor)+"crun")
-	id := e.id("rm")
-	e.cleanup(id)
+	id := e.container("rm")
 	got := e.ctr(append(e.runArgs("--rm"), id, "/bin/sh", "-c", "echo out; exit 3")...)
 	e.noShimLeft(id)
 	refusal, refused := crunRefusal[r.minor]
@@ -242,8 +239,7 @@ func testGenerationCrun(t *testing.T, r release, res *row) {
 	}
 	e.ctr("container", "delete", id)
 	spec, written := crunSpec(t, e, "/bin/sh", "-c", "echo out; exit 3")
-	id = e.id("spec")
-	e.cleanup(id)
+	id = e.container("spec")
 	args := []string{"run", "--rm", "--runtime", e.shim, "--fifo-dir", e.fifoDir(), "--runtime-config-path", e.config, "--config", spec, id}
 	if got := e.ctr(args...); got.Code != 3 || got.Stdout != "out\n" {
 		t.Errorf("ctr run --rm with crun and a spec at %s: exit %d, stdout %q, stderr %q; want 3, out", crunSpecVersion, got.Code, got.Stdout, got.Stderr)

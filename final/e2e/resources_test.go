@@ -28,8 +28,7 @@ import (
 // container keeps running.
 func (e *env) testOOMExec(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("oomexec")
-	e.cleanup(id)
+	id := e.container("oomexec")
 	seen := e.watchEvents(t)
 	e.runDetached(id, []string{"--memory-limit", "33554432"}, "/bin/sleep", "100")
 	// tail keeps the last lines of its input, and /dev/zero has no line end.
@@ -104,8 +103,7 @@ func memoryLimit(t *testing.T, pid int) int64 {
 // nothing.
 func (e *env) testUpdate(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("update")
-	e.cleanup(id)
+	id := e.container("update")
 	e.runDetached(id, []string{"--memory-limit", "67108864"}, "/bin/sleep", "100")
 	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
 	if got := memoryLimit(t, pid); got != 64<<20 {

@@ -21,8 +21,7 @@ import (
 // ResizePty to the shim.
 func (e *env) testTerminal(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("tty")
-	e.cleanup(id)
+	id := e.container("tty")
 	master, slavePath, err := console.NewPty()
 	if err != nil {
 		t.Fatal(err)
