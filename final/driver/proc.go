@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The process table as /proc shows it: who is whose parent, who still runs, and what a process
+// was started with, for whoever looks for what a run left behind. Not a mirror of any containerd
+// function: containerd tracks its shims by their sockets, not by /proc.
+
 package driver
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The test process's private containerds: one per release and cgroup layout, started on first
+// use through driver.StartContainerd, or one a test owns alone (NewContainerd). Not a mirror of
+// any containerd function.
+
 package testkit
 
 import (
