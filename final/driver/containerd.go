@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// A private containerd: the real one, for the end-to-end tests and the benchmark, kept apart from
-// the system's. Not a mirror of any containerd function: it writes the config containerd reads.
+// A private containerd of any release: the real one, for the end-to-end tests, the benchmark and
+// the pod lab, kept apart from the system's, and the ctr command line that reaches it. Not a
+// mirror of any containerd function: it writes the config containerd reads.
 
 package driver
 
