@@ -39,7 +39,7 @@ func (fakeTask) Stats(context.Context, *taskapi.StatsRequest) (*taskapi.StatsRes
 func TestTraceRecordsThroughWrap(t *testing.T) {
 	var seen []string
 	tr := NewTrace(func(r Record) { seen = append(seen, r.Kind+" "+r.Name) })
-	task := tr.Wrap(fakeTask{})
+	task := tr.wrap(fakeTask{})
 	ctx := context.Background()
 	if _, err := task.Create(ctx, &taskapi.CreateTaskRequest{ID: "c1"}); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestTraceRecordsThroughWrap(t *testing.T) {
 func TestNilTraceRecordsNothing(t *testing.T) {
 	var tr *Trace
 	task := fakeTask{}
-	if got := tr.Wrap(task); got != taskapi.TTRPCTaskService(task) {
+	if got := tr.wrap(task); got != taskapi.TTRPCTaskService(task) {
 		t.Errorf("a nil trace wraps: %T", got)
 	}
 	tr.Exec("start", nil, 0, nil, nil)
@@ -171,7 +171,7 @@ func TestTraceFileAddsUpInvocations(t *testing.T) {
 		var notified int
 		tr := w.Trace(func(Record) { notified++ })
 		tr.Add(Record{Kind: KindCommand, Name: "shimctl task state", Args: []string{id}})
-		task := tr.Wrap(fakeTask{})
+		task := tr.wrap(fakeTask{})
 		if _, err := task.Create(context.Background(), &taskapi.CreateTaskRequest{ID: id}); err != nil {
 			t.Fatal(err)
 		}

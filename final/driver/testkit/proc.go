@@ -55,10 +55,6 @@ func ExpectGone(t testing.TB, pid int, what string) {
 	}
 }
 
-func mountsBelow(dir string) ([]string, error) {
-	return driver.MountsUnder(dir)
-}
-
 // NewDriver returns a driver for shim with a private state directory, namespace "test" and
 // a private socket directory. When the test ends it fails the test for every shim still
 // running in that state directory, stops it, and removes the bundles.
