@@ -124,32 +124,15 @@ func (s *shimctl) checkNoShims() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, pid := range s.shims() {
-		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
-		s.t.Errorf("shim %d outlived the test: %s", pid, strings.Join(args, " "))
+		s.t.Errorf("shim %d outlived the test: %s", pid, strings.Join(driver.Cmdline(pid), " "))
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
 // shims lists the running shims started for this state directory.
 func (s *shimctl) shims() []int {
-	var pids []int
 	address := filepath.Join(s.state, "driver.sock")
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
-		i := slices.Index(args, "-address")
-		if i < 0 || i+1 >= len(args) || args[i+1] != address {
-			continue
-		}
-		if testkit.Alive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return driver.ProcessesWhere(func(args []string) bool { return driver.FlagValue(args, "address") == address })
 }
 
 // expectNoTask fails the test if anything of task id is left: bundle, FIFOs, runc state.
@@ -552,20 +535,9 @@ func (s *shimctl) events() *background {
 // drivers lists the shimctl processes of this state directory that are running: everything
 // that plays containerd towards its shims.
 func (s *shimctl) drivers() []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
-		i := slices.Index(args, "--state")
-		if args[0] == s.bin && i > 0 && i+1 < len(args) && args[i+1] == s.state && testkit.Alive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return driver.ProcessesWhere(func(args []string) bool {
+		return args[0] == s.bin && driver.FlagValue(args, "state") == s.state
+	})
 }
 
 // ls runs shimctl ls, which must succeed, and returns its rows by task id, each as the line's
