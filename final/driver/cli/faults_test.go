@@ -176,10 +176,7 @@ func (f *shimctlFault) deleteStopped() {
 
 func (f *shimctlFault) expectNothingLeft(pids ...int) {
 	f.s.t.Helper()
-	f.s.expectNoTask(f.id)
-	for _, pid := range pids {
-		testkit.ExpectGone(f.s.t, pid, fmt.Sprintf("process %d of %s", pid, f.id))
-	}
+	f.s.expectNoTask(f.id, pids...)
 	if shims := f.s.shims(); len(shims) > 0 {
 		f.s.t.Errorf("shims left: %v", shims)
 	}

@@ -76,6 +76,21 @@ func (s *shimctl) run(args ...string) testkit.Result {
 	return testkit.Run(s.t, "", s.env, s.bin, append([]string{"--state", s.state, "--shim", s.shim}, args...)...)
 }
 
+// runBare runs shimctl with args but without --shim: the shim comes from --runtime, from
+// PATH, or from the bundle of the task named.
+func (s *shimctl) runBare(args ...string) testkit.Result {
+	s.t.Helper()
+	return testkit.Run(s.t, "", s.env, s.bin, append([]string{"--state", s.state}, args...)...)
+}
+
+// in is s for the subtest t: what it tracks is taken down, and what it checks is reported, as
+// t ends.
+func (s *shimctl) in(t *testing.T) *shimctl {
+	c := *s
+	c.t = t
+	return &c
+}
+
 // command is shimctl with args, to be started by the test.
 func (s *shimctl) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(s.bin, append([]string{"--state", s.state, "--shim", s.shim}, args...)...)
@@ -135,9 +150,13 @@ func (s *shimctl) shims() []int {
 	return driver.ProcessesWhere(func(args []string) bool { return driver.FlagValue(args, "address") == address })
 }
 
-// expectNoTask fails the test if anything of task id is left: bundle, FIFOs, runc state.
-func (s *shimctl) expectNoTask(id string) {
+// expectNoTask fails the test if anything of task id is left: one of its processes pids (once
+// they had their time to go), bundle, FIFOs, runc state.
+func (s *shimctl) expectNoTask(id string, pids ...int) {
 	s.t.Helper()
+	for _, pid := range pids {
+		testkit.ExpectGone(s.t, pid, fmt.Sprintf("process %d of %s", pid, id))
+	}
 	if _, err := os.Stat(filepath.Join(s.namespaced, id)); !errors.Is(err, os.ErrNotExist) {
 		s.t.Errorf("bundle of %s is left: %v", id, err)
 	}
@@ -146,6 +165,14 @@ func (s *shimctl) expectNoTask(id string) {
 	}
 	if slices.Contains(testkit.RuncContainers(s.t, "default"), id) {
 		s.t.Errorf("runc still knows %s", id)
+	}
+}
+
+// expectNoBundles fails the test if the namespace holds any bundle.
+func (s *shimctl) expectNoBundles() {
+	s.t.Helper()
+	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
+		s.t.Errorf("the namespace still holds %v", left)
 	}
 }
 
@@ -214,11 +241,30 @@ func (b *background) stop(t *testing.T, sig syscall.Signal) int {
 	return 0
 }
 
-// oneLine fails the test unless stderr is a single "shimctl: " line containing want.
-func oneLine(t *testing.T, what, stderr, want string) {
+// expectError fails the test unless shimctl, called as what, exited with code and said why in
+// a single "shimctl: " line on stderr containing want.
+func expectError(t *testing.T, what string, r testkit.Result, code int, want string) {
 	t.Helper()
-	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "shimctl: ") || !strings.Contains(stderr, want) {
-		t.Errorf("%s: stderr %q, want one line with %q", what, stderr, want)
+	if r.Code != code {
+		t.Errorf("%s: exit %d, want %d", what, r.Code, code)
+	}
+	if strings.Count(r.Stderr, "\n") != 1 || !strings.HasPrefix(r.Stderr, "shimctl: ") || !strings.Contains(r.Stderr, want) {
+		t.Errorf("%s: stderr %q, want one line with %q", what, r.Stderr, want)
+	}
+}
+
+// refusal is a call of shimctl that must fail: with exit code code and a line holding want.
+type refusal struct {
+	args []string
+	code int
+	want string
+}
+
+// expectRefused makes each call through run and checks how it fails.
+func expectRefused(t *testing.T, run func(args ...string) testkit.Result, calls []refusal) {
+	t.Helper()
+	for _, c := range calls {
+		expectError(t, "shimctl "+strings.Join(c.args, " "), run(c.args...), c.code, c.want)
 	}
 }
 
@@ -245,9 +291,7 @@ func TestRunRmFallsBackWithoutWait(t *testing.T) {
 		}
 	}
 	s.expectNoTask("rm")
-	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
-		t.Errorf("the namespace still holds %v", left)
-	}
+	s.expectNoBundles()
 }
 
 func TestDetachedTaskOnStep04(t *testing.T) {
@@ -279,19 +323,13 @@ func TestDetachedTaskOnStep04(t *testing.T) {
 	if r := s.run("task", "kill", "-s", "KILL", "det"); r.Code != 0 {
 		t.Fatalf("task kill: exit %d: %s", r.Code, r.Stderr)
 	}
-	r = s.run("task", "wait", "det")
-	if r.Code != 1 {
-		t.Errorf("task wait on step 04: exit %d, want 1", r.Code)
-	}
-	oneLine(t, "task wait on step 04", r.Stderr, "step 04 does not implement Wait yet; it arrives in step 05")
+	expectError(t, "task wait on step 04", s.run("task", "wait", "det"), 1, "step 04 does not implement Wait yet; it arrives in step 05")
 	s.status("det", "STOPPED")
 	r = s.run("task", "delete", "det")
 	if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("pid %d, exit status 137", pid)) {
 		t.Errorf("task delete: exit %d, stdout %q, stderr %q; want pid %d, exit status 137", r.Code, r.Stdout, r.Stderr, pid)
 	}
-	testkit.ExpectGone(t, shimPid, "shim")
-	testkit.ExpectGone(t, pid, "container")
-	s.expectNoTask("det")
+	s.expectNoTask("det", shimPid, pid)
 }
 
 func TestCreateStartDelete(t *testing.T) {
@@ -300,8 +338,7 @@ func TestCreateStartDelete(t *testing.T) {
 	rootfs := testkit.Rootfs(t)
 
 	t.Run("started", func(t *testing.T) {
-		s := *s
-		s.t = t
+		s := s.in(t)
 		s.track("ct")
 		// sh is PID 1 of the container: only a trapped TERM reaches it.
 		r := s.run("task", "create", "--rootfs", rootfs, "ct", "--", "sh", "-c", `trap "exit 4" TERM; while :; do sleep 0.1; done`)
@@ -327,8 +364,7 @@ func TestCreateStartDelete(t *testing.T) {
 	})
 
 	t.Run("never started", func(t *testing.T) {
-		s := *s
-		s.t = t
+		s := s.in(t)
 		s.track("never")
 		r := s.run("task", "create", "--rootfs", rootfs, "never", "--", "sleep", "100")
 		pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
@@ -339,20 +375,14 @@ func TestCreateStartDelete(t *testing.T) {
 		if r := s.run("task", "delete", "never"); r.Code != 0 {
 			t.Errorf("task delete of a created task: exit %d, stderr %q", r.Code, r.Stderr)
 		}
-		testkit.ExpectGone(t, pid, "the created container's init")
-		testkit.ExpectGone(t, shimPid, "shim")
-		s.expectNoTask("never")
+		s.expectNoTask("never", pid, shimPid)
 	})
 }
 
 func TestUsageAndUnknownTasks(t *testing.T) {
 	t.Parallel()
 	s := newShimctl(t, step04)
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string // in the one line on stderr
-	}{
+	expectRefused(t, s.run, []refusal{
 		{[]string{"task", "create", "x", "sleep", "1"}, 2, "after --"},
 		{[]string{"task", "create", "x", "--"}, 2, "no command after --"},
 		{[]string{"task", "create", "../x", "--", "true"}, 2, `id "../x"`},
@@ -364,16 +394,8 @@ func TestUsageAndUnknownTasks(t *testing.T) {
 		{[]string{"task", "state", "nosuch"}, 1, `no task "nosuch"`},
 		{[]string{"task", "delete", "nosuch"}, 1, `no task "nosuch"`},
 		{[]string{"task", "wait", "nosuch"}, 1, `no task "nosuch"`},
-	} {
-		r := s.run(tc.args...)
-		if r.Code != tc.code {
-			t.Errorf("shimctl %s: exit %d, want %d", strings.Join(tc.args, " "), r.Code, tc.code)
-		}
-		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
-	}
-	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
-		t.Errorf("refused commands left %v behind", left)
-	}
+	})
+	s.expectNoBundles()
 }
 
 func TestRunForwardsSignals(t *testing.T) {
@@ -414,11 +436,7 @@ func TestEventsPrintsForwardedEvents(t *testing.T) {
 		_, err := os.Stat(sock)
 		return err == nil
 	})
-	if r := s.run("events"); r.Code != 1 {
-		t.Errorf("a second events: exit %d, want 1", r.Code)
-	} else {
-		oneLine(t, "a second events", r.Stderr, "serves "+sock+" already")
-	}
+	expectError(t, "a second events", s.run("events"), 1, "serves "+sock+" already")
 
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
@@ -654,8 +672,7 @@ func TestDriverRestartOnStep06(t *testing.T) {
 	if r := s.run("task", "delete", "alive"); r.Code != 0 || !strings.Contains(r.Stdout, "exit status 5") {
 		t.Errorf("task delete: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	testkit.ExpectGone(t, shimPid, "shim of alive")
-	s.expectNoTask("alive")
+	s.expectNoTask("alive", shimPid)
 	// The shim forwards in order and waits for its last events before it exits: with the
 	// delete in, every copy of the exit would be in too. The new driver gets the exit once,
 	// and nothing the first one had taken already.
@@ -739,10 +756,7 @@ func TestLsReportsWhatItCannotClean(t *testing.T) {
 	}
 
 	r := s.run("ls")
-	if r.Code != 1 {
-		t.Errorf("ls: exit %d, want 1", r.Code)
-	}
-	oneLine(t, "ls", r.Stderr, "broken: shim is gone, and its delete failed")
+	expectError(t, "ls", r, 1, "broken: shim is gone, and its delete failed")
 	rows := lsRows(t, r.Stdout)
 	if want := fmt.Sprintf("%d - NO TASK -", shimPid); len(rows) != 1 || rows["idle"] != want {
 		t.Errorf("ls rows %q, want idle as %q", rows, want)
