@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The black-box tests of shimctl, in package cli_test: each builds the real shimctl and a shim,
+// and drives them through a private state directory as a user would (this file holds the
+// harness). The in-package unit tests, which run no binary, are in cli_test.go.
+
 package cli_test
 
 import (
