@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -103,22 +104,18 @@ func (f *shimctlFault) strike(b *background, sub string) {
 	}
 }
 
-func (f *shimctlFault) shimPid() int {
-	f.s.t.Helper()
-	pid := 0
-	testkit.Eventually(f.s.t, 10*time.Second, "no shim pid for "+f.id, func() bool {
-		_, err := fmt.Sscan(readFile(f.s.namespaced+"/"+f.id+"/shim.pid"), &pid)
-		return err == nil && pid > 0
-	})
-	return pid
-}
+func (f *shimctlFault) shimPid() int { return f.recordedPid("shim.pid") }
 
-func (f *shimctlFault) initPid() int {
+func (f *shimctlFault) initPid() int { return f.recordedPid("init.pid") }
+
+// recordedPid waits until the bundle's pid file name holds a pid, and returns it.
+func (f *shimctlFault) recordedPid(name string) int {
 	f.s.t.Helper()
 	pid := 0
-	testkit.Eventually(f.s.t, 10*time.Second, "no init pid for "+f.id, func() bool {
-		_, err := fmt.Sscan(readFile(f.s.namespaced+"/"+f.id+"/init.pid"), &pid)
-		return err == nil && pid > 0
+	testkit.Eventually(f.s.t, 10*time.Second, "no "+name+" for "+f.id, func() bool {
+		var err error
+		pid, err = driver.ReadPidFile(filepath.Join(f.s.namespaced, f.id, name))
+		return err == nil
 	})
 	return pid
 }
