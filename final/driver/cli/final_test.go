@@ -290,3 +290,13 @@ func TestRunLogURI(t *testing.T) {
 	expectError(t, "run --log without -d", r, 2, "--log needs -d")
 	s.expectNoTask("nolog")
 }
+
+// TestFailedCallNamesItself: a call the shim refuses is reported under the name of the call, in
+// front of the shim's own message (which here does not name it).
+func TestFailedCallNamesItself(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.detached("named", "sleep", "1000")
+	r := s.run("task", "kill", "--exec-id", "nosuch", "named")
+	expectError(t, "kill of an unknown exec", r, 1, "shimctl: kill: exec nosuch in task named: not found")
+}
