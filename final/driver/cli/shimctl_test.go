@@ -196,6 +196,24 @@ func (s *shimctl) status(id, want string) string {
 	}
 }
 
+// expectCatching waits until process pid has a handler for sig. A shell that is a container's
+// PID 1 gets no signal it does not catch, and Start returns when runc has let the init go, which
+// may be before the shell has even run: a signal sent before its trap is lost, or kills runc's
+// init with another status.
+func expectCatching(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("process %d never caught signal %d", pid, sig), func() bool {
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		for _, line := range strings.Split(string(status), "\n") {
+			if mask, ok := strings.CutPrefix(line, "SigCgt:\t"); ok {
+				bits, err := strconv.ParseUint(mask, 16, 64)
+				return err == nil && bits&(1<<(sig-1)) != 0
+			}
+		}
+		return false
+	})
+}
+
 // background starts shimctl with args and stops it with SIGKILL when the test ends, if it is
 // still running. Its stdout and stderr are collected.
 type background struct {
@@ -346,15 +364,16 @@ func TestCreateStartDelete(t *testing.T) {
 		s.track("ct")
 		// sh is PID 1 of the container: only a trapped TERM reaches it.
 		r := s.run("task", "create", "--rootfs", rootfs, "ct", "--", "sh", "-c", `trap "exit 4" TERM; while :; do sleep 0.1; done`)
-		pid := strings.TrimSpace(r.Stdout)
-		if r.Code != 0 || pid == "" {
+		pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+		if r.Code != 0 || err != nil {
 			t.Fatalf("task create: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		s.status("ct", "CREATED")
-		if r := s.run("task", "start", "ct"); r.Code != 0 || strings.TrimSpace(r.Stdout) != pid {
-			t.Fatalf("task start: exit %d, stdout %q (want %s), stderr %q", r.Code, r.Stdout, pid, r.Stderr)
+		if r := s.run("task", "start", "ct"); r.Code != 0 || strings.TrimSpace(r.Stdout) != strconv.Itoa(pid) {
+			t.Fatalf("task start: exit %d, stdout %q (want %d), stderr %q", r.Code, r.Stdout, pid, r.Stderr)
 		}
 		s.status("ct", "RUNNING")
+		expectCatching(t, pid, syscall.SIGTERM)
 		if r := s.run("task", "kill", "-s", "sigterm", "ct"); r.Code != 0 {
 			t.Fatalf("task kill -s sigterm: exit %d: %s", r.Code, r.Stderr)
 		}
@@ -652,6 +671,7 @@ func TestDriverRestartOnStep06(t *testing.T) {
 
 	// The container exits while no driver runs: the shim must keep its exit, in the bundle and
 	// in its queue of events.
+	expectCatching(t, pid, syscall.SIGTERM)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
