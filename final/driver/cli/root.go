@@ -43,7 +43,8 @@ type globals struct {
 // usageError marks errors in how shimctl was called, which exit with exitUsage.
 type usageError struct{ error }
 
-// exitCode carries a container's exit status out of a command.
+// exitCode carries a container's exit status out of a command; Main finds it however it was
+// wrapped on the way (callShim names it after the call, as any error).
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
