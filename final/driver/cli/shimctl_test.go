@@ -196,21 +196,14 @@ func (s *shimctl) status(id, want string) string {
 	}
 }
 
-// expectCatching waits until process pid has a handler for sig. A shell that is a container's
-// PID 1 gets no signal it does not catch, and Start returns when runc has let the init go, which
-// may be before the shell has even run: a signal sent before its trap is lost, or kills runc's
-// init with another status.
-func expectCatching(t *testing.T, pid int, sig syscall.Signal) {
+// expectTrapped waits until the container's shell, pid, has set its trap for sig. The shell is
+// PID 1 of the container and gets no signal it does not catch, and Start returns once runc has
+// let the init go, which may be before the shell has even run: a signal sent before the trap is
+// lost, or ends runc's init with a status of its own.
+func expectTrapped(t *testing.T, pid int, sig syscall.Signal) {
 	t.Helper()
-	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("process %d never caught signal %d", pid, sig), func() bool {
-		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		for _, line := range strings.Split(string(status), "\n") {
-			if mask, ok := strings.CutPrefix(line, "SigCgt:\t"); ok {
-				bits, err := strconv.ParseUint(mask, 16, 64)
-				return err == nil && bits&(1<<(sig-1)) != 0
-			}
-		}
-		return false
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("the shell %d never trapped signal %d", pid, sig), func() bool {
+		return testkit.ShellTraps(pid, sig)
 	})
 }
 
@@ -373,7 +366,7 @@ func TestCreateStartDelete(t *testing.T) {
 			t.Fatalf("task start: exit %d, stdout %q (want %d), stderr %q", r.Code, r.Stdout, pid, r.Stderr)
 		}
 		s.status("ct", "RUNNING")
-		expectCatching(t, pid, syscall.SIGTERM)
+		expectTrapped(t, pid, syscall.SIGTERM)
 		if r := s.run("task", "kill", "-s", "sigterm", "ct"); r.Code != 0 {
 			t.Fatalf("task kill -s sigterm: exit %d: %s", r.Code, r.Stderr)
 		}
@@ -671,7 +664,7 @@ func TestDriverRestartOnStep06(t *testing.T) {
 
 	// The container exits while no driver runs: the shim must keep its exit, in the bundle and
 	// in its queue of events.
-	expectCatching(t, pid, syscall.SIGTERM)
+	expectTrapped(t, pid, syscall.SIGTERM)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
