@@ -104,6 +104,15 @@ func (f *shimctlFault) strike(b *background, sub string) {
 	}
 }
 
+// started runs the task detached and returns the pids of its shim and its init.
+func (f *shimctlFault) started() (shim, init int) {
+	f.s.t.Helper()
+	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
+		f.s.t.Fatalf("run -d: %s", r.Stderr)
+	}
+	return f.shimPid(), f.initPid()
+}
+
 func (f *shimctlFault) shimPid() int { return f.recordedPid("shim.pid") }
 
 func (f *shimctlFault) initPid() int { return f.recordedPid("init.pid") }
@@ -182,10 +191,7 @@ func (f *shimctlFault) expectNothingLeft(pids ...int) {
 // afterStart: run -d has returned, so its driver is gone already. A new driver finds the task
 // RUNNING under the same shim. Shim killed: the new driver's ls cleans up, exit 137.
 func (f *shimctlFault) afterStart() {
-	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
-		f.s.t.Fatalf("run -d: %s", r.Stderr)
-	}
-	shim, pid := f.shimPid(), f.initPid()
+	shim, pid := f.started()
 	if f.victim == "shim" {
 		f.killShim()
 		f.expectDeletedByLs(pid, shim)
@@ -280,10 +286,7 @@ func (f *shimctlFault) duringWait() {
 // duringExec: runc exec is held. Driver killed: the exec is cancelled with the connection, and
 // the task is RUNNING with its init alone. Shim killed: ls cleans up, exit 137.
 func (f *shimctlFault) duringExec() {
-	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
-		f.s.t.Fatalf("run -d: %s", r.Stderr)
-	}
-	shim, pid := f.shimPid(), f.initPid()
+	shim, pid := f.started()
 	b := f.hold("exec", "task", "exec", "-d", "--exec-id", "e1", f.id, "--", "sleep", "100")
 	f.strike(b, "exec")
 	if f.victim == "shim" {
@@ -302,10 +305,7 @@ func (f *shimctlFault) duringExec() {
 // is cancelled with the connection; the new driver finds the task STOPPED with exit 137 and
 // deletes it. Shim killed: ls cleans up, exit 137.
 func (f *shimctlFault) duringDelete() {
-	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
-		f.s.t.Fatalf("run -d: %s", r.Stderr)
-	}
-	shim, pid := f.shimPid(), f.initPid()
+	shim, pid := f.started()
 	if r := f.s.run("task", "kill", "-s", "KILL", f.id); r.Code != 0 {
 		f.s.t.Fatal(r.Stderr)
 	}
