@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,24 @@ func ProcessesWhere(match func(args []string) bool) []int { return driver.Proces
 
 // Cmdline is pid's argument list; nil once it is gone.
 func Cmdline(pid int) []string { return driver.Cmdline(pid) }
+
+// ShellTraps reports whether pid, a container's init running busybox sh, has set its trap for
+// sig. Until runc start has exec'd sh, the same pid is runc's init, whose Go runtime catches
+// every signal: so the handler (SigCgt in the process's status) counts only once the process
+// runs busybox.
+func ShellTraps(pid int, sig syscall.Signal) bool {
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); !strings.HasSuffix(exe, "/busybox") {
+		return false
+	}
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(status), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigCgt:\t"); ok {
+			bits, err := strconv.ParseUint(mask, 16, 64)
+			return err == nil && bits&(1<<(sig-1)) != 0
+		}
+	}
+	return false
+}
 
 // ReadPid reads a pid file.
 func ReadPid(t testing.TB, path string) int {
