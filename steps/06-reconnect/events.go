@@ -52,6 +52,7 @@ type publisher struct {
 	ready   chan struct{}     // a wake-up for run, capacity 1
 	closed  bool              // guarded by mu
 	dropped int               // events dropped since the last report; guarded by mu
+	sending *types.Envelope   // the event run is forwarding, still first in the queue; guarded by mu
 	failing bool              // the last attempt to forward failed; guarded by mu
 	done    chan struct{}     // closed when run returns
 	abort   context.CancelFunc
@@ -82,8 +83,11 @@ func (p *publisher) publish(topic string, event proto.Message) {
 	p.mu.Lock()
 	if !p.closed {
 		if len(p.queue) >= maxQueued {
+			// The event in flight leaves the queue but still goes out: it is not lost.
+			if p.queue[0] != p.sending {
+				p.dropped++
+			}
 			p.queue = p.queue[1:]
-			p.dropped++
 		}
 		p.queue = append(p.queue, env)
 	}
@@ -120,6 +124,7 @@ func (p *publisher) run() {
 			continue
 		}
 		env := p.queue[0]
+		p.sending = env
 		p.mu.Unlock()
 
 		// No retry limit: the event waits, in order, until containerd (or whoever listens at
@@ -149,6 +154,7 @@ func (p *publisher) run() {
 			}
 		}
 		p.mu.Lock()
+		p.sending = nil
 		// The queue may have dropped env itself while we forwarded it; only pop if it is still first.
 		if len(p.queue) > 0 && p.queue[0] == env {
 			p.queue = p.queue[1:]

@@ -56,6 +56,7 @@ type Publisher struct {
 	queue   []*types.Envelope // guarded by mu
 	closed  bool              // guarded by mu
 	dropped int               // dropped since the last report; guarded by mu
+	sending *types.Envelope   // the event Run is forwarding, still first in the queue; guarded by mu
 	failing bool              // the last attempt to forward failed; guarded by mu
 	ready   chan struct{}     // a wake-up for Run, capacity 1
 	done    chan struct{}     // closed when Run returns
@@ -90,8 +91,11 @@ func (p *Publisher) Publish(topic string, event proto.Message) {
 	p.mu.Lock()
 	if !p.closed {
 		if len(p.queue) >= p.maxQueued {
+			// The event in flight leaves the queue but still goes out: it is not lost.
+			if p.queue[0] != p.sending {
+				p.dropped++
+			}
 			p.queue = p.queue[1:]
-			p.dropped++
 		}
 		p.queue = append(p.queue, env)
 	}
@@ -132,6 +136,7 @@ func (p *Publisher) Run() {
 			continue
 		}
 		env := p.queue[0]
+		p.sending = env
 		p.mu.Unlock()
 
 		for attempt := 1; ; attempt++ {
@@ -158,6 +163,7 @@ func (p *Publisher) Run() {
 			}
 		}
 		p.mu.Lock()
+		p.sending = nil
 		// The queue may have dropped env itself meanwhile; only pop it if it is still first.
 		if len(p.queue) > 0 && p.queue[0] == env {
 			p.queue = p.queue[1:]
