@@ -593,21 +593,3 @@ func LastRuncError(path string) string {
 	}
 	return strings.TrimSpace(msg)
 }
-
-// ForceDelete is what the delete action does for a container whose shim died: runc delete
-// --force, which kills what is left, then the rootfs unmount.
-func ForceDelete(ctx context.Context, o Options, namespace, id, bundle string) error {
-	// Both steps are tried whatever the other did: the delete action reports what failed and
-	// goes on, as containerd's runc shim does.
-	var errs []error
-	r := NewRuntime(o, namespace, bundle)
-	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
-		if msg := LastRuncError(r.Log) + err.Error(); !strings.Contains(msg, "does not exist") {
-			errs = append(errs, fmt.Errorf("runc delete --force: %s", LastRuncError(r.Log)))
-		}
-	}
-	if err := UnmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
