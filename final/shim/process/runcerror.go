@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// What runc says when it fails: the last error of its JSON log, and which failures mean the
+// container or process is gone, as containerd v2.4's runc shim reads them in
+// process.(*Init).runtimeError, getLastRuntimeError and checkKillError (process/utils.go).
+
+package process
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/containerd/errdefs"
+)
+
+// runtimeError prefers runc's own last error message, from its JSON log, to the bare exit
+// status go-runc reports: `exec: "nosuch": executable file not found in $PATH` says more
+// than "exit status 1".
+func (p *Init) runtimeError(err error, op string) error {
+	if msg := LastRuncError(p.runtime.Log); msg != "" {
+		return fmt.Errorf("runc %s: %s", op, msg)
+	}
+	return fmt.Errorf("runc %s: %w", op, err)
+}
+
+// killError is NotFound only when runc says there is nothing left to signal: callers take
+// NotFound from Kill for "already gone" and stop trying, so a runc that failed, hung or was
+// killed must not be reported that way (containerd's checkKillError draws the same line).
+// Only this call's own output decides: log.json holds the errors of every earlier runc call
+// too, and an old "container not running" must not speak for a runc that died silently.
+func (p *Init) killError(err error) error {
+	rerr := p.runtimeError(err, "kill")
+	msg := strings.ToLower(err.Error())
+	for _, gone := range []string{"container not running", "does not exist", "no such process", "process already finished"} {
+		if strings.Contains(msg, gone) {
+			return fmt.Errorf("%w: %w", rerr, errdefs.ErrNotFound)
+		}
+	}
+	return rerr
+}
+
+// notExist reports whether runc failed because it does not know the container: a container
+// deleted behind the shim's back is as deleted as can be.
+func (p *Init) notExist(err error) bool {
+	return strings.Contains(err.Error()+LastRuncError(p.runtime.Log), "does not exist")
+}
+
+// LastRuncError is the message of the last error in runc's JSON log at path.
+func LastRuncError(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var msg string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		var entry struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &entry) == nil && (entry.Level == "error" || entry.Level == "fatal") {
+			msg = entry.Msg
+		}
+	}
+	return strings.TrimSpace(msg)
+}
