@@ -124,7 +124,7 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	opts := &runc.ExecOpts{Detach: true, PidFile: pidFile}
 	// A logging binary gets the exec's id as CONTAINER_ID, as from containerd's shim.
 	if e.stdio.Terminal {
-		c, err := stdio.NewConsole(e.stdio, e.id, p.Namespace, p.monitor)
+		c, err := stdio.NewConsole(e.stdio, e.id, p.namespace, p.monitor)
 		if err != nil {
 			return err
 		}
@@ -134,7 +134,7 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 		e.console, e.io = c, c
 		e.mu.Unlock()
 	} else {
-		pipes, err := stdio.Open(e.stdio, e.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
+		pipes, err := stdio.Open(e.stdio, e.id, p.namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
 		if err != nil {
 			return err
 		}

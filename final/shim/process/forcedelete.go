@@ -25,11 +25,11 @@ func ForceDelete(ctx context.Context, o Options, namespace, id, bundle string) e
 	var errs []error
 	r := NewRuntime(o, namespace, bundle)
 	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
-		if msg := LastRuncError(r.Log) + err.Error(); !strings.Contains(msg, "does not exist") {
-			errs = append(errs, fmt.Errorf("runc delete --force: %s", LastRuncError(r.Log)))
+		if msg := lastRuncError(r.Log) + err.Error(); !strings.Contains(msg, "does not exist") {
+			errs = append(errs, fmt.Errorf("runc delete --force: %s", lastRuncError(r.Log)))
 		}
 	}
-	if err := UnmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := unmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -87,7 +87,7 @@ type CreateConfig struct {
 type Init struct {
 	base
 	Bundle    string
-	Namespace string
+	namespace string
 	runtime   *runc.Runc
 	opts      Options
 	rootfs    string            // where the request's mounts were mounted; "" when there were none
@@ -113,7 +113,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 	p := &Init{
 		base:      newBase(cfg.ID, cfg.Stdio),
 		Bundle:    cfg.Bundle,
-		Namespace: cfg.Namespace,
+		namespace: cfg.Namespace,
 		runtime:   NewRuntime(cfg.Options, cfg.Namespace, cfg.Bundle),
 		opts:      cfg.Options,
 		monitor:   cfg.Monitor,
@@ -121,12 +121,12 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 	p.status = task.Status_CREATED
 	if len(cfg.Rootfs) > 0 {
 		p.rootfs = filepath.Join(cfg.Bundle, "rootfs")
-		if err := MountRootfs(cfg.Rootfs, p.rootfs); err != nil {
+		if err := mountRootfs(cfg.Rootfs, p.rootfs); err != nil {
 			return nil, err
 		}
 		defer func() {
 			if err != nil {
-				_ = UnmountAll(p.rootfs)
+				_ = unmountAll(p.rootfs)
 			}
 		}()
 	}
@@ -294,9 +294,6 @@ func prepareRuncLog(path string) error {
 	return f.Close()
 }
 
-// Runtime is the runc CLI this container is driven with.
-func (p *Init) Runtime() *runc.Runc { return p.runtime }
-
 // Start runs runc start on a created container.
 func (p *Init) Start(ctx context.Context) error {
 	p.ops.Lock()
@@ -456,7 +453,7 @@ func (p *Init) Delete(ctx context.Context) error {
 		p.closeIO()
 	}
 	if p.rootfs != "" {
-		if err := UnmountAll(p.rootfs); err != nil {
+		if err := unmountAll(p.rootfs); err != nil {
 			return err
 		}
 	}

@@ -20,7 +20,7 @@ import (
 // status go-runc reports: `exec: "nosuch": executable file not found in $PATH` says more
 // than "exit status 1".
 func (p *Init) runtimeError(err error, op string) error {
-	if msg := LastRuncError(p.runtime.Log); msg != "" {
+	if msg := lastRuncError(p.runtime.Log); msg != "" {
 		return fmt.Errorf("runc %s: %s", op, msg)
 	}
 	return fmt.Errorf("runc %s: %w", op, err)
@@ -45,11 +45,11 @@ func (p *Init) killError(err error) error {
 // notExist reports whether runc failed because it does not know the container: a container
 // deleted behind the shim's back is as deleted as can be.
 func (p *Init) notExist(err error) bool {
-	return strings.Contains(err.Error()+LastRuncError(p.runtime.Log), "does not exist")
+	return strings.Contains(err.Error()+lastRuncError(p.runtime.Log), "does not exist")
 }
 
-// LastRuncError is the message of the last error in runc's JSON log at path.
-func LastRuncError(path string) string {
+// lastRuncError is the message of the last error in runc's JSON log at path.
+func lastRuncError(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
