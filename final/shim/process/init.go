@@ -31,9 +31,6 @@ import (
 // SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
 const DefaultRuncRoot = "/run/shimwalk/runc"
 
-// deleted is the status of a process after Delete: it exists for no one any more.
-const deleted = task.Status_UNKNOWN
-
 // Options are the runtime options that shape how runc runs (api/types/runc/options.Options).
 type Options struct {
 	BinaryName    string // the runc-compatible binary: runc, crun, ...
@@ -111,14 +108,13 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		return nil, err
 	}
 	p := &Init{
-		base:      newBase(cfg.ID, cfg.Stdio),
+		base:      newBase(cfg.ID, cfg.Stdio, &initRules),
 		Bundle:    cfg.Bundle,
 		namespace: cfg.Namespace,
 		runtime:   NewRuntime(cfg.Options, cfg.Namespace, cfg.Bundle),
 		opts:      cfg.Options,
 		monitor:   cfg.Monitor,
 	}
-	p.status = task.Status_CREATED
 	if len(cfg.Rootfs) > 0 {
 		p.rootfs = filepath.Join(cfg.Bundle, "rootfs")
 		if err := mountRootfs(cfg.Rootfs, p.rootfs); err != nil {
@@ -299,8 +295,7 @@ func (p *Init) Start(ctx context.Context) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
 	p.mu.Lock()
-	if p.status != task.Status_CREATED {
-		err := p.stateError("start")
+	if err := p.checkLocked(opStart); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -313,9 +308,7 @@ func (p *Init) Start(ctx context.Context) error {
 		return p.runtimeError(err, "start")
 	}
 	p.mu.Lock()
-	if p.status == task.Status_CREATED { // unless it already exited
-		p.status = task.Status_RUNNING
-	}
+	p.advance(opStart)
 	p.mu.Unlock()
 	// While the pid still names the init: Stats keeps working after the exit, until Delete.
 	_, _ = p.cgroup()
@@ -352,9 +345,7 @@ func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
 	oom := newOOMCount(pid)
 	p.mu.Lock()
 	p.pid, p.oom, p.restore = pid, oom, nil
-	if p.status == task.Status_CREATED {
-		p.status = task.Status_RUNNING
-	}
+	p.advance(opStart)
 	p.mu.Unlock()
 	_, _ = p.cgroup()
 	return nil
@@ -362,15 +353,15 @@ func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
 
 // Kill signals the container's init, or with all every process in it.
 func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
-	p.mu.Lock()
-	switch {
-	case p.status == deleted, p.status == task.Status_STOPPED && !all:
-		p.mu.Unlock()
-		return p.finished("kill")
+	o := opKill
+	if all {
+		// A stopped init may have left processes behind in a PID namespace or cgroup it did
+		// not own: they are still the container's to kill.
+		o = opKillAll
 	}
-	// With all, a stopped init may have left processes behind in a PID namespace or cgroup
-	// it did not own: they are still the container's to kill.
-	p.mu.Unlock()
+	if err := p.check(o); err != nil {
+		return err
+	}
 	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {
 		return p.killError(err)
 	}
@@ -379,36 +370,30 @@ func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
 
 // Pause freezes every process of the container.
 func (p *Init) Pause(ctx context.Context) error {
-	return p.change(ctx, "pause", task.Status_RUNNING, task.Status_PAUSED, func() error {
+	return p.change(ctx, opPause, func() error {
 		return p.runtime.Pause(ctx, p.id)
 	})
 }
 
 // Resume thaws a paused container.
 func (p *Init) Resume(ctx context.Context) error {
-	return p.change(ctx, "resume", task.Status_PAUSED, task.Status_RUNNING, func() error {
+	return p.change(ctx, opResume, func() error {
 		return p.runtime.Resume(ctx, p.id)
 	})
 }
 
 // change runs a runc call that moves the container from one state to another.
-func (p *Init) change(ctx context.Context, op string, from, to task.Status, call func() error) error {
+func (p *Init) change(ctx context.Context, o operation, call func() error) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
-	p.mu.Lock()
-	if p.status != from {
-		err := p.stateError(op)
-		p.mu.Unlock()
+	if err := p.check(o); err != nil {
 		return err
 	}
-	p.mu.Unlock()
 	if err := call(); err != nil {
-		return p.runtimeError(err, op)
+		return p.runtimeError(err, opNames[o])
 	}
 	p.mu.Lock()
-	if p.status == from {
-		p.status = to
-	}
+	p.advance(o)
 	p.mu.Unlock()
 	return nil
 }
@@ -420,8 +405,7 @@ func (p *Init) Delete(ctx context.Context) error {
 	defer p.ops.Unlock()
 	p.mu.Lock()
 	status := p.status
-	if status != task.Status_STOPPED && status != task.Status_CREATED {
-		err := p.stateError("delete")
+	if err := p.checkLocked(opDelete); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -458,7 +442,7 @@ func (p *Init) Delete(ctx context.Context) error {
 		}
 	}
 	p.mu.Lock()
-	p.status = deleted
+	p.advance(opDelete)
 	p.mu.Unlock()
 	return nil
 }
@@ -468,11 +452,15 @@ func (p *Init) Delete(ctx context.Context) error {
 // a restart, deletes a shim whose task lists no process as leaked, and with it the exit it
 // has not learned yet (containerd's own runc shim loses such exits).
 func (p *Init) Pids(ctx context.Context) ([]int, error) {
-	switch p.Status() {
-	case deleted:
-		return nil, p.stateError("pids")
-	case task.Status_STOPPED:
-		return []int{p.Pid()}, nil
+	p.mu.Lock()
+	err := p.checkLocked(opPids)
+	status, pid := p.status, p.pid
+	p.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case status == task.Status_STOPPED:
+		return []int{pid}, nil
 	}
 	pids, err := p.runtime.Ps(ctx, p.id)
 	if err != nil {
@@ -485,10 +473,8 @@ func (p *Init) Pids(ctx context.Context) ([]int, error) {
 func (p *Init) Update(ctx context.Context, r *specs.LinuxResources) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
-	switch p.Status() {
-	case task.Status_RUNNING, task.Status_PAUSED, task.Status_CREATED:
-	default:
-		return p.stateError("update")
+	if err := p.check(opUpdate); err != nil {
+		return err
 	}
 	if err := p.runtime.Update(ctx, p.id, r); err != nil {
 		return p.runtimeError(err, "update")
@@ -511,10 +497,8 @@ type CheckpointConfig struct {
 func (p *Init) Checkpoint(ctx context.Context, c CheckpointConfig) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
-	switch p.Status() {
-	case task.Status_RUNNING, task.Status_PAUSED:
-	default:
-		return p.stateError("checkpoint")
+	if err := p.check(opCheckpoint); err != nil {
+		return err
 	}
 	work := c.WorkDir
 	if work == "" {

@@ -30,9 +30,11 @@ type base struct {
 	id    string // the container id for init, the exec id for an exec
 	stdio stdio.Config
 
+	rules *rules // the state machine: initRules or execRules
+
 	mu      sync.Mutex
 	pid     int           // guarded by mu
-	status  task.Status   // guarded by mu
+	status  task.Status   // guarded by mu; moved only by advance
 	exit    *Exit         // guarded by mu; set once, by SetExited
 	done    chan struct{} // closed by SetExited, or by release for a process that never ran
 	closed  bool          // guarded by mu; done is closed
@@ -40,8 +42,8 @@ type base struct {
 	console *stdio.Console
 }
 
-func newBase(id string, cfg stdio.Config) base {
-	return base{id: id, stdio: cfg, done: make(chan struct{})}
+func newBase(id string, cfg stdio.Config, r *rules) base {
+	return base{id: id, stdio: cfg, rules: r, status: task.Status_CREATED, done: make(chan struct{})}
 }
 
 // ID is the container id of an init, the exec id of an exec.
@@ -82,9 +84,7 @@ func (p *base) SetExited(status int, at time.Time) {
 		return
 	}
 	p.exit = &Exit{Status: status, At: at}
-	if p.status != task.Status_UNKNOWN { // deleted stays deleted
-		p.status = task.Status_STOPPED
-	}
+	p.advance(opExit)
 	if p.console != nil {
 		// The copy ends with the process, not with the last holder of its terminal.
 		p.console.Shutdown()

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package process
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	runc "github.com/containerd/go-runc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/shimwalk/shimwalk/final/shim/cgroups"
+	"github.com/shimwalk/shimwalk/final/shim/stdio"
+)
+
+// fakeRunc stands in for runc so that an allowed operation succeeds without a container:
+// every call exits 0, ps lists no process, and exec records its caller (the test) as the
+// process it started.
+const fakeRunc = `#!/bin/sh
+pidfile=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--pid-file) pidfile=$2; shift ;;
+	ps) echo '[]' ;;
+	esac
+	shift
+done
+[ -z "$pidfile" ] || printf %d $PPID >"$pidfile"
+`
+
+// The statuses a process goes through, and what each refusal of them says.
+const (
+	stCreated = task.Status_CREATED
+	stRunning = task.Status_RUNNING
+	stPaused  = task.Status_PAUSED
+	stStopped = task.Status_STOPPED
+	stDeleted = task.Status_UNKNOWN
+)
+
+// outcome is what an operation in a state must come to: the state after it, and for a
+// refusal its error class and text (the state is then left as it was).
+type outcome struct {
+	next  task.Status
+	class error
+	msg   string
+}
+
+func moves(next task.Status) outcome { return outcome{next: next} }
+
+func refused(class error, msg string) outcome { return outcome{class: class, msg: msg} }
+
+func precondition(msg string) outcome {
+	return refused(errdefs.ErrFailedPrecondition, msg+": failed precondition")
+}
+
+func notFound(msg string) outcome { return refused(errdefs.ErrNotFound, msg+": not found") }
+
+// stateFixture builds the processes of the tests in the state wanted, driven by fakeRunc.
+type stateFixture struct {
+	t      *testing.T
+	runc   string
+	bundle string
+}
+
+func newStateFixture(t *testing.T) *stateFixture {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runc")
+	if err := os.WriteFile(bin, []byte(fakeRunc), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &stateFixture{t: t, runc: bin, bundle: dir}
+}
+
+func (f *stateFixture) init(status task.Status) *Init {
+	bundle := f.t.TempDir()
+	// An empty cgroup2 tree: Stats reads zeros from it instead of the host's cgroups.
+	cg, err := cgroups.LoadV2(f.t.TempDir(), []byte("0::/\n"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p := &Init{
+		base:   newBase("c1", stdio.Config{}, &initRules),
+		Bundle: bundle,
+		runtime: &runc.Runc{
+			Command: f.runc, Root: filepath.Join(bundle, "root"),
+			Log: filepath.Join(bundle, "log.json"), LogFormat: runc.JSON,
+		},
+		cg: cg,
+	}
+	p.status, p.pid = status, os.Getpid()
+	return p
+}
+
+func (f *stateFixture) exec(status task.Status) *Exec {
+	e := &Exec{
+		base:   newBase("e1", stdio.Config{}, &execRules),
+		parent: f.init(stRunning),
+		spec:   &specs.Process{Args: []string{"true"}, Cwd: "/"},
+		pidfd:  -1,
+	}
+	e.status, e.pid = status, os.Getpid()
+	f.t.Cleanup(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.closePidfd()
+	})
+	return e
+}
+
+func checkOutcome(t *testing.T, err error, got task.Status, before task.Status, want outcome) {
+	t.Helper()
+	if want.class == nil {
+		if err != nil || got != want.next {
+			t.Errorf("got %v in state %s, want success in state %s", err, got, want.next)
+		}
+		return
+	}
+	if !errors.Is(err, want.class) || err.Error() != want.msg {
+		t.Errorf("got error %v, want %q (%v)", err, want.msg, want.class)
+	}
+	if got != before {
+		t.Errorf("refused, yet moved from %s to %s", before, got)
+	}
+}
+
+// TestInitStates drives every operation of an init in every state it can be in: what is
+// refused, with which class and words, and where what succeeds leads.
+func TestInitStates(t *testing.T) {
+	ops := []struct {
+		name string
+		call func(context.Context, *Init) error
+		want map[task.Status]outcome
+	}{
+		{"start", func(ctx context.Context, p *Init) error { return p.Start(ctx) }, map[task.Status]outcome{
+			stCreated: moves(stRunning),
+			stRunning: precondition("start: process c1 is running"),
+			stPaused:  precondition("start: process c1 is paused"),
+			stStopped: precondition("start: process c1 has already exited"),
+			stDeleted: notFound("start: process c1 is deleted"),
+		}},
+		{"kill", func(ctx context.Context, p *Init) error { return p.Kill(ctx, 0, false) }, map[task.Status]outcome{
+			stCreated: moves(stCreated),
+			stRunning: moves(stRunning),
+			stPaused:  moves(stPaused),
+			stStopped: notFound("kill: process c1 has already finished"),
+			stDeleted: notFound("kill: process c1 has already finished"),
+		}},
+		{"kill all", func(ctx context.Context, p *Init) error { return p.Kill(ctx, 0, true) }, map[task.Status]outcome{
+			stCreated: moves(stCreated),
+			stRunning: moves(stRunning),
+			stPaused:  moves(stPaused),
+			stStopped: moves(stStopped),
+			stDeleted: notFound("kill: process c1 has already finished"),
+		}},
+		{"pause", func(ctx context.Context, p *Init) error { return p.Pause(ctx) }, map[task.Status]outcome{
+			stCreated: precondition("pause: process c1 is created"),
+			stRunning: moves(stPaused),
+			stPaused:  precondition("pause: process c1 is paused"),
+			stStopped: precondition("pause: process c1 has already exited"),
+			stDeleted: notFound("pause: process c1 is deleted"),
+		}},
+		{"resume", func(ctx context.Context, p *Init) error { return p.Resume(ctx) }, map[task.Status]outcome{
+			stCreated: precondition("resume: process c1 is created"),
+			stRunning: precondition("resume: process c1 is running"),
+			stPaused:  moves(stRunning),
+			stStopped: precondition("resume: process c1 has already exited"),
+			stDeleted: notFound("resume: process c1 is deleted"),
+		}},
+		{"delete", func(ctx context.Context, p *Init) error { return p.Delete(ctx) }, map[task.Status]outcome{
+			stCreated: moves(stDeleted),
+			stRunning: precondition("delete: process c1 is running"),
+			stPaused:  precondition("delete: process c1 is paused"),
+			stStopped: moves(stDeleted),
+			stDeleted: notFound("delete: process c1 is deleted"),
+		}},
+		{"update", func(ctx context.Context, p *Init) error { return p.Update(ctx, &specs.LinuxResources{}) }, map[task.Status]outcome{
+			stCreated: moves(stCreated),
+			stRunning: moves(stRunning),
+			stPaused:  moves(stPaused),
+			stStopped: precondition("update: process c1 has already exited"),
+			stDeleted: notFound("update: process c1 is deleted"),
+		}},
+		{"checkpoint", func(ctx context.Context, p *Init) error { return p.Checkpoint(ctx, CheckpointConfig{}) }, map[task.Status]outcome{
+			stCreated: precondition("checkpoint: process c1 is created"),
+			stRunning: moves(stRunning),
+			stPaused:  moves(stPaused),
+			stStopped: precondition("checkpoint: process c1 has already exited"),
+			stDeleted: notFound("checkpoint: process c1 is deleted"),
+		}},
+		{"exec", func(ctx context.Context, p *Init) error {
+			_, err := p.NewExec("e1", &specs.Process{Args: []string{"true"}}, stdio.Config{})
+			return err
+		}, map[task.Status]outcome{
+			stCreated: moves(stCreated),
+			stRunning: moves(stRunning),
+			stPaused:  precondition("exec: process c1 is paused"),
+			stStopped: precondition("exec: process c1 has already exited"),
+			stDeleted: notFound("exec: process c1 is deleted"),
+		}},
+		{"pids", func(ctx context.Context, p *Init) error { _, err := p.Pids(ctx); return err }, map[task.Status]outcome{
+			stCreated: moves(stCreated),
+			stRunning: moves(stRunning),
+			stPaused:  moves(stPaused),
+			stStopped: moves(stStopped),
+			stDeleted: notFound("pids: process c1 is deleted"),
+		}},
+		{"stats", func(ctx context.Context, p *Init) error { _, err := p.Stats(ctx); return err }, map[task.Status]outcome{
+			stCreated: moves(stCreated),
+			stRunning: moves(stRunning),
+			stPaused:  moves(stPaused),
+			stStopped: moves(stStopped),
+			stDeleted: notFound("stats: process c1 is deleted"),
+		}},
+		{"exit", func(ctx context.Context, p *Init) error { p.SetExited(0, time.Now()); return nil }, map[task.Status]outcome{
+			stCreated: moves(stStopped),
+			stRunning: moves(stStopped),
+			stPaused:  moves(stStopped),
+			stStopped: moves(stStopped),
+			stDeleted: moves(stDeleted),
+		}},
+	}
+	f := newStateFixture(t)
+	for _, op := range ops {
+		for _, before := range []task.Status{stCreated, stRunning, stPaused, stStopped, stDeleted} {
+			t.Run(op.name+" when "+statusName(before), func(t *testing.T) {
+				want, ok := op.want[before]
+				if !ok {
+					t.Fatalf("no outcome given for %s", statusName(before))
+				}
+				p := f.init(before)
+				err := op.call(context.Background(), p)
+				checkOutcome(t, err, p.Status(), before, want)
+			})
+		}
+	}
+}
+
+// TestExecStates is TestInitStates for an exec process, in the states it has of its own (it is
+// never paused itself: its Status reports its container's).
+func TestExecStates(t *testing.T) {
+	ops := []struct {
+		name string
+		call func(context.Context, *Exec) error
+		want map[task.Status]outcome
+	}{
+		{"start", func(ctx context.Context, e *Exec) error { return e.Start(ctx) }, map[task.Status]outcome{
+			stCreated: moves(stRunning),
+			stRunning: precondition("start: process e1 is running"),
+			stStopped: precondition("start: process e1 has already exited"),
+			stDeleted: notFound("start: process e1 is deleted"),
+		}},
+		{"kill", func(ctx context.Context, e *Exec) error { return e.Kill(ctx, 0) }, map[task.Status]outcome{
+			stCreated: precondition("kill: exec e1 has not started"),
+			stRunning: moves(stRunning),
+			stStopped: notFound("kill: process e1 has already finished"),
+			stDeleted: notFound("kill: process e1 has already finished"),
+		}},
+		{"delete", func(ctx context.Context, e *Exec) error { return e.Delete(ctx) }, map[task.Status]outcome{
+			stCreated: moves(stDeleted),
+			stRunning: precondition("delete: process e1 is running"),
+			stStopped: moves(stDeleted),
+			stDeleted: notFound("delete: process e1 is deleted"),
+		}},
+		{"resize", func(ctx context.Context, e *Exec) error { return e.Resize(80, 24) }, map[task.Status]outcome{
+			stCreated: moves(stCreated),
+			stRunning: moves(stRunning),
+			stStopped: precondition("resize: process e1 has already exited"),
+			stDeleted: moves(stDeleted),
+		}},
+		{"exit", func(ctx context.Context, e *Exec) error { e.SetExited(0, time.Now()); return nil }, map[task.Status]outcome{
+			stCreated: moves(stStopped),
+			stRunning: moves(stStopped),
+			stStopped: moves(stStopped),
+			stDeleted: moves(stDeleted),
+		}},
+	}
+	f := newStateFixture(t)
+	for _, op := range ops {
+		for _, before := range []task.Status{stCreated, stRunning, stStopped, stDeleted} {
+			t.Run(op.name+" when "+statusName(before), func(t *testing.T) {
+				want, ok := op.want[before]
+				if !ok {
+					t.Fatalf("no outcome given for %s", statusName(before))
+				}
+				e := f.exec(before)
+				err := op.call(context.Background(), e)
+				checkOutcome(t, err, e.Status(), before, want)
+			})
+		}
+	}
+}
