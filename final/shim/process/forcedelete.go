@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	runc "github.com/containerd/go-runc"
 )
@@ -25,7 +24,7 @@ func ForceDelete(ctx context.Context, o Options, namespace, id, bundle string) e
 	var errs []error
 	r := NewRuntime(o, namespace, bundle)
 	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
-		if msg := lastRuncError(r.Log) + err.Error(); !strings.Contains(msg, "does not exist") {
+		if missingIn(err.Error(), lastRuncError(r.Log)) != containerMissing {
 			errs = append(errs, fmt.Errorf("runc delete --force: %s", lastRuncError(r.Log)))
 		}
 	}

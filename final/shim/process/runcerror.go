@@ -33,11 +33,8 @@ func (p *Init) runtimeError(err error, op string) error {
 // too, and an old "container not running" must not speak for a runc that died silently.
 func (p *Init) killError(err error) error {
 	rerr := p.runtimeError(err, "kill")
-	msg := strings.ToLower(err.Error())
-	for _, gone := range []string{"container not running", "does not exist", "no such process", "process already finished"} {
-		if strings.Contains(msg, gone) {
-			return fmt.Errorf("%w: %w", rerr, errdefs.ErrNotFound)
-		}
+	if missingIn(err.Error()) != nothingMissing {
+		return fmt.Errorf("%w: %w", rerr, errdefs.ErrNotFound)
 	}
 	return rerr
 }
@@ -45,7 +42,44 @@ func (p *Init) killError(err error) error {
 // notExist reports whether runc failed because it does not know the container: a container
 // deleted behind the shim's back is as deleted as can be.
 func (p *Init) notExist(err error) bool {
-	return strings.Contains(err.Error()+lastRuncError(p.runtime.Log), "does not exist")
+	return missingIn(err.Error(), lastRuncError(p.runtime.Log)) == containerMissing
+}
+
+// missing is what a failed runc call says is not there.
+type missing uint8
+
+const (
+	nothingMissing   missing = iota // the failure is another one, or says nothing
+	processMissing                  // the container is there, the process to signal is not
+	containerMissing                // the runtime does not know the container
+)
+
+// Phrases of runc and crun's messages, lower case. Only runc's own words are taken for a
+// missing container, as containerd's runc shim takes them (process.Init.delete,
+// checkKillError): crun's ("error opening file `<root>/<id>/status`: No such file or
+// directory", "cannot open directory '<root>/<id>': ...") name a missing file, which may be
+// another one than the container's state.
+var (
+	containerGone = []string{"does not exist"}
+	processGone   = []string{"container not running", "no such process", "process already finished"}
+)
+
+// missingIn is what the texts of a failed runc call (go-runc's error, which holds what runc
+// wrote to stderr, and the message runc logged) say is missing. A missing container wins:
+// the process of a container that is gone is gone too.
+func missingIn(texts ...string) missing {
+	msg := strings.ToLower(strings.Join(texts, "\n"))
+	for _, phrase := range containerGone {
+		if strings.Contains(msg, phrase) {
+			return containerMissing
+		}
+	}
+	for _, phrase := range processGone {
+		if strings.Contains(msg, phrase) {
+			return processMissing
+		}
+	}
+	return nothingMissing
 }
 
 // lastRuncError is the message of the last error in runc's JSON log at path.

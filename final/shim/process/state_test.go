@@ -63,18 +63,22 @@ func notFound(msg string) outcome { return refused(errdefs.ErrNotFound, msg+": n
 
 // stateFixture builds the processes of the tests in the state wanted, driven by fakeRunc.
 type stateFixture struct {
-	t      *testing.T
-	runc   string
-	bundle string
+	t    *testing.T
+	runc string
 }
 
 func newStateFixture(t *testing.T) *stateFixture {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "runc")
-	if err := os.WriteFile(bin, []byte(fakeRunc), 0o755); err != nil {
+	return &stateFixture{t: t, runc: writeFakeRunc(t, fakeRunc)}
+}
+
+// writeFakeRunc writes script as an executable and returns its path.
+func writeFakeRunc(t *testing.T, script string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "runc")
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &stateFixture{t: t, runc: bin, bundle: dir}
+	return bin
 }
 
 func (f *stateFixture) init(status task.Status) *Init {
