@@ -528,7 +528,7 @@ var exercises = []Exercise{
 		Check: "TestResizePtyReachesTheTerminal",
 		Hint: "base.Resize hands the size to the process's console (p.console, a *stdio.Console), and a " +
 			"process without a terminal has nothing to resize, which is no error. Exec.Resize refuses " +
-			"an exec that has stopped (e.stateError) before it does the same.",
+			"an exec that has stopped (e.check(opResize), which asks the state table) before it does the same.",
 		Anchor: "exercise-074-resize-the-terminal",
 		Page:   "docs/07-final.md",
 	},
