@@ -117,6 +117,30 @@ func (f *stateFixture) exec(status task.Status) *Exec {
 	return e
 }
 
+// stateCase is an operation on a process of type P and its outcome in each state.
+type stateCase[P interface{ Status() task.Status }] struct {
+	name string
+	call func(context.Context, P) error
+	want map[task.Status]outcome
+}
+
+// runStates runs every case on a process built in each of states.
+func runStates[P interface{ Status() task.Status }](t *testing.T, states []task.Status, build func(task.Status) P, cases []stateCase[P]) {
+	for _, c := range cases {
+		for _, before := range states {
+			t.Run(c.name+" when "+statusName(before), func(t *testing.T) {
+				want, ok := c.want[before]
+				if !ok {
+					t.Fatalf("no outcome given for %s", statusName(before))
+				}
+				p := build(before)
+				err := c.call(context.Background(), p)
+				checkOutcome(t, err, p.Status(), before, want)
+			})
+		}
+	}
+}
+
 func checkOutcome(t *testing.T, err error, got task.Status, before task.Status, want outcome) {
 	t.Helper()
 	if want.class == nil {
@@ -136,11 +160,7 @@ func checkOutcome(t *testing.T, err error, got task.Status, before task.Status, 
 // TestInitStates drives every operation of an init in every state it can be in: what is
 // refused, with which class and words, and where what succeeds leads.
 func TestInitStates(t *testing.T) {
-	ops := []struct {
-		name string
-		call func(context.Context, *Init) error
-		want map[task.Status]outcome
-	}{
+	ops := []stateCase[*Init]{
 		{"start", func(ctx context.Context, p *Init) error { return p.Start(ctx) }, map[task.Status]outcome{
 			stCreated: moves(stRunning),
 			stRunning: precondition("start: process c1 is running"),
@@ -230,29 +250,13 @@ func TestInitStates(t *testing.T) {
 		}},
 	}
 	f := newStateFixture(t)
-	for _, op := range ops {
-		for _, before := range []task.Status{stCreated, stRunning, stPaused, stStopped, stDeleted} {
-			t.Run(op.name+" when "+statusName(before), func(t *testing.T) {
-				want, ok := op.want[before]
-				if !ok {
-					t.Fatalf("no outcome given for %s", statusName(before))
-				}
-				p := f.init(before)
-				err := op.call(context.Background(), p)
-				checkOutcome(t, err, p.Status(), before, want)
-			})
-		}
-	}
+	runStates(t, []task.Status{stCreated, stRunning, stPaused, stStopped, stDeleted}, f.init, ops)
 }
 
 // TestExecStates is TestInitStates for an exec process, in the states it has of its own (it is
 // never paused itself: its Status reports its container's).
 func TestExecStates(t *testing.T) {
-	ops := []struct {
-		name string
-		call func(context.Context, *Exec) error
-		want map[task.Status]outcome
-	}{
+	ops := []stateCase[*Exec]{
 		{"start", func(ctx context.Context, e *Exec) error { return e.Start(ctx) }, map[task.Status]outcome{
 			stCreated: moves(stRunning),
 			stRunning: precondition("start: process e1 is running"),
@@ -285,17 +289,5 @@ func TestExecStates(t *testing.T) {
 		}},
 	}
 	f := newStateFixture(t)
-	for _, op := range ops {
-		for _, before := range []task.Status{stCreated, stRunning, stStopped, stDeleted} {
-			t.Run(op.name+" when "+statusName(before), func(t *testing.T) {
-				want, ok := op.want[before]
-				if !ok {
-					t.Fatalf("no outcome given for %s", statusName(before))
-				}
-				e := f.exec(before)
-				err := op.call(context.Background(), e)
-				checkOutcome(t, err, e.Status(), before, want)
-			})
-		}
-	}
+	runStates(t, []task.Status{stCreated, stRunning, stStopped, stDeleted}, f.exec, ops)
 }
