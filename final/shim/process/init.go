@@ -167,22 +167,9 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		IO: rio, PidFile: pidFile, ConsoleSocket: socket,
 		NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
 	})
+	pid, err := p.created(ctx, err, "create", pidFile, "init pid")
 	if err != nil {
-		cerr := p.runtimeError(err, "create")
-		// runc may have got as far as leaving state (and a waiting `runc init`) behind.
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
-		return nil, cerr
-	}
-	if p.console != nil {
-		if err := p.console.Attach(); err != nil {
-			_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
-			return nil, err
-		}
-	}
-	pid, err := runc.ReadPidFile(pidFile)
-	if err != nil {
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
-		return nil, fmt.Errorf("read init pid: %w", err)
+		return nil, err
 	}
 	p.pid = pid
 	// runc init waits in the container's cgroup now: the count from here on is this container's.
@@ -315,6 +302,30 @@ func (p *Init) Start(ctx context.Context) error {
 	return nil
 }
 
+// created finishes a runc create or restore that returned err: it attaches the terminal and
+// reads the init's pid, called pidName in an error. When anything failed, runc may have got as
+// far as leaving state (and a waiting runc init) behind: runc delete --force takes it away.
+func (p *Init) created(ctx context.Context, err error, op, pidFile, pidName string) (int, error) {
+	undo := func() { _ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true}) }
+	if err != nil {
+		rerr := p.runtimeError(err, op)
+		undo()
+		return 0, rerr
+	}
+	if p.console != nil {
+		if err := p.console.Attach(); err != nil {
+			undo()
+			return 0, err
+		}
+	}
+	pid, err := runc.ReadPidFile(pidFile)
+	if err != nil {
+		undo()
+		return 0, fmt.Errorf("read %s: %w", pidName, err)
+	}
+	return pid, nil
+}
+
 // Restoring reports whether the init is still to be restored from a checkpoint by Start: its
 // pid is known only once Start has returned.
 func (p *Init) Restoring() bool {
@@ -326,21 +337,10 @@ func (p *Init) Restoring() bool {
 // restoreStart runs runc restore for a container created from a checkpoint. A restore that
 // fails leaves the task CREATED and, as before it, without runc state.
 func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
-	if _, err := p.runtime.Restore(ctx, p.id, p.Bundle, opts); err != nil {
-		rerr := p.runtimeError(err, "restore")
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
-		return rerr
-	}
-	if p.console != nil {
-		if err := p.console.Attach(); err != nil {
-			_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
-			return err
-		}
-	}
-	pid, err := runc.ReadPidFile(opts.PidFile)
+	_, err := p.runtime.Restore(ctx, p.id, p.Bundle, opts)
+	pid, err := p.created(ctx, err, "restore", opts.PidFile, "restored init pid")
 	if err != nil {
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
-		return fmt.Errorf("read restored init pid: %w", err)
+		return err
 	}
 	oom := newOOMCount(pid)
 	p.mu.Lock()
