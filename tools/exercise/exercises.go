@@ -493,7 +493,7 @@ var exercises = []Exercise{
 		Hint: "KillAllOnExit reads the linux.namespaces of config.json in the bundle (readSpec) and " +
 			"answers false only for a pid namespace entry without a path; an unreadable spec gets the " +
 			"kill. KillAll is p.runtime.Kill with SIGKILL and runc.KillOpts{All: true}, its error " +
-			"wrapped through p.killError.",
+			"wrapped through p.killError with the mark logEnd(p.runtime.Log) took before the call.",
 		Anchor: "exercise-072-kill-what-the-init-leaves",
 		Page:   "docs/07-final.md",
 	},

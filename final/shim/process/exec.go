@@ -143,8 +143,9 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 			e.closeIO()
 		}
 	}()
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Exec(ctx, p.id, *e.spec, opts); err != nil {
-		return p.runtimeError(err, "exec")
+		return p.runtimeError(err, "exec", mark)
 	}
 	if e.console != nil {
 		if err := e.console.Attach(); err != nil {

@@ -23,9 +23,10 @@ func ForceDelete(ctx context.Context, o Options, namespace, id, bundle string) e
 	// goes on, as containerd's runc shim does.
 	var errs []error
 	r := NewRuntime(o, namespace, bundle)
+	mark := logEnd(r.Log)
 	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
-		if missingIn(err.Error(), lastRuncError(r.Log)) != containerMissing {
-			errs = append(errs, fmt.Errorf("runc delete --force: %s", lastRuncError(r.Log)))
+		if msg := lastRuncError(r.Log, mark); missingIn(err.Error(), msg) != containerMissing {
+			errs = append(errs, fmt.Errorf("runc delete --force: %s", msg))
 		}
 	}
 	if err := unmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {

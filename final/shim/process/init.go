@@ -163,11 +163,12 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		}
 		return p, nil
 	}
-	err = p.runtime.Create(ctx, cfg.ID, cfg.Bundle, &runc.CreateOpts{
-		IO: rio, PidFile: pidFile, ConsoleSocket: socket,
-		NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
+	pid, err := p.created(ctx, "create", pidFile, "init pid", func() error {
+		return p.runtime.Create(ctx, cfg.ID, cfg.Bundle, &runc.CreateOpts{
+			IO: rio, PidFile: pidFile, ConsoleSocket: socket,
+			NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
+		})
 	})
-	pid, err := p.created(ctx, err, "create", pidFile, "init pid")
 	if err != nil {
 		return nil, err
 	}
@@ -291,8 +292,9 @@ func (p *Init) Start(ctx context.Context) error {
 	if restore != nil {
 		return p.restoreStart(ctx, restore)
 	}
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Start(ctx, p.id); err != nil {
-		return p.runtimeError(err, "start")
+		return p.runtimeError(err, "start", mark)
 	}
 	p.mu.Lock()
 	p.advance(opStart)
@@ -302,13 +304,14 @@ func (p *Init) Start(ctx context.Context) error {
 	return nil
 }
 
-// created finishes a runc create or restore that returned err: it attaches the terminal and
-// reads the init's pid, called pidName in an error. When anything failed, runc may have got as
-// far as leaving state (and a waiting runc init) behind: runc delete --force takes it away.
-func (p *Init) created(ctx context.Context, err error, op, pidFile, pidName string) (int, error) {
+// created runs call, a runc create or restore, then attaches the terminal and reads the init's
+// pid, called pidName in an error. When anything failed, runc may have got as far as leaving
+// state (and a waiting runc init) behind: runc delete --force takes it away.
+func (p *Init) created(ctx context.Context, op, pidFile, pidName string, call func() error) (int, error) {
 	undo := func() { _ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true}) }
-	if err != nil {
-		rerr := p.runtimeError(err, op)
+	mark := logEnd(p.runtime.Log)
+	if err := call(); err != nil {
+		rerr := p.runtimeError(err, op, mark)
 		undo()
 		return 0, rerr
 	}
@@ -337,8 +340,10 @@ func (p *Init) Restoring() bool {
 // restoreStart runs runc restore for a container created from a checkpoint. A restore that
 // fails leaves the task CREATED and, as before it, without runc state.
 func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
-	_, err := p.runtime.Restore(ctx, p.id, p.Bundle, opts)
-	pid, err := p.created(ctx, err, "restore", opts.PidFile, "restored init pid")
+	pid, err := p.created(ctx, "restore", opts.PidFile, "restored init pid", func() error {
+		_, err := p.runtime.Restore(ctx, p.id, p.Bundle, opts)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -362,8 +367,9 @@ func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
 	if err := p.check(o); err != nil {
 		return err
 	}
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {
-		return p.killError(err)
+		return p.killError(err, mark)
 	}
 	return nil
 }
@@ -389,8 +395,9 @@ func (p *Init) change(ctx context.Context, o operation, call func() error) error
 	if err := p.check(o); err != nil {
 		return err
 	}
+	mark := logEnd(p.runtime.Log)
 	if err := call(); err != nil {
-		return p.runtimeError(err, opNames[o])
+		return p.runtimeError(err, opNames[o], mark)
 	}
 	p.mu.Lock()
 	p.advance(o)
@@ -415,14 +422,16 @@ func (p *Init) Delete(ctx context.Context) error {
 	p.mu.Unlock()
 	// A created container's init still waits in runc init: --force kills it.
 	force := status == task.Status_CREATED
+	mark := logEnd(p.runtime.Log)
 	err := p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: force})
-	if err != nil && status == task.Status_STOPPED && !p.notExist(err) {
+	if err != nil && status == task.Status_STOPPED && !p.notExist(err, mark) {
 		// An init that died while its container was paused leaves a frozen cgroup, which runc
 		// takes for a paused container and will not delete; --force thaws and removes it.
+		mark = logEnd(p.runtime.Log)
 		err = p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: true})
 	}
-	if err != nil && !p.notExist(err) {
-		return p.runtimeError(err, "delete")
+	if err != nil && !p.notExist(err, mark) {
+		return p.runtimeError(err, "delete", mark)
 	}
 	if neverRan {
 		p.mu.Lock()
@@ -462,9 +471,10 @@ func (p *Init) Pids(ctx context.Context) ([]int, error) {
 	case status == task.Status_STOPPED:
 		return []int{pid}, nil
 	}
+	mark := logEnd(p.runtime.Log)
 	pids, err := p.runtime.Ps(ctx, p.id)
 	if err != nil {
-		return nil, p.runtimeError(err, "ps")
+		return nil, p.runtimeError(err, "ps", mark)
 	}
 	return pids, nil
 }
@@ -476,8 +486,9 @@ func (p *Init) Update(ctx context.Context, r *specs.LinuxResources) error {
 	if err := p.check(opUpdate); err != nil {
 		return err
 	}
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Update(ctx, p.id, r); err != nil {
-		return p.runtimeError(err, "update")
+		return p.runtimeError(err, "update", mark)
 	}
 	return nil
 }
@@ -508,13 +519,14 @@ func (p *Init) Checkpoint(ctx context.Context, c CheckpointConfig) error {
 	if !c.Exit {
 		actions = append(actions, runc.LeaveRunning)
 	}
+	mark := logEnd(p.runtime.Log)
 	err := p.runtime.Checkpoint(ctx, p.id, &runc.CheckpointOpts{
 		ImagePath: c.ImagePath, WorkDir: work, AllowOpenTCP: c.AllowOpenTCP,
 		AllowExternalUnixSockets: c.AllowExternalUnix, AllowTerminal: c.AllowTerminal,
 		FileLocks: c.FileLocks, EmptyNamespaces: c.EmptyNamespaces,
 	}, actions...)
 	if err != nil {
-		return fmt.Errorf("%w (see %s)", p.runtimeError(err, "checkpoint"), filepath.Join(work, "dump.log"))
+		return fmt.Errorf("%w (see %s)", p.runtimeError(err, "checkpoint", mark), filepath.Join(work, "dump.log"))
 	}
 	return nil
 }

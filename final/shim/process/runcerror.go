@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -18,9 +19,10 @@ import (
 
 // runtimeError prefers runc's own last error message, from its JSON log, to the bare exit
 // status go-runc reports: `exec: "nosuch": executable file not found in $PATH` says more
-// than "exit status 1".
-func (p *Init) runtimeError(err error, op string) error {
-	if msg := lastRuncError(p.runtime.Log); msg != "" {
+// than "exit status 1". Only what the failed call wrote counts, from mark (logEnd before the
+// call) on: the log keeps every earlier call's errors, which say nothing about this one.
+func (p *Init) runtimeError(err error, op string, mark int64) error {
+	if msg := lastRuncError(p.runtime.Log, mark); msg != "" {
 		return fmt.Errorf("runc %s: %s", op, msg)
 	}
 	return fmt.Errorf("runc %s: %w", op, err)
@@ -31,18 +33,18 @@ func (p *Init) runtimeError(err error, op string) error {
 // killed must not be reported that way (containerd's checkKillError draws the same line).
 // Only this call's own output decides: log.json holds the errors of every earlier runc call
 // too, and an old "container not running" must not speak for a runc that died silently.
-func (p *Init) killError(err error) error {
-	rerr := p.runtimeError(err, "kill")
+func (p *Init) killError(err error, mark int64) error {
+	rerr := p.runtimeError(err, "kill", mark)
 	if missingIn(err.Error()) != nothingMissing {
 		return fmt.Errorf("%w: %w", rerr, errdefs.ErrNotFound)
 	}
 	return rerr
 }
 
-// notExist reports whether runc failed because it does not know the container: a container
-// deleted behind the shim's back is as deleted as can be.
-func (p *Init) notExist(err error) bool {
-	return missingIn(err.Error(), lastRuncError(p.runtime.Log)) == containerMissing
+// notExist reports whether the runc call that failed with err, after mark, said it does not
+// know the container: a container deleted behind the shim's back is as deleted as can be.
+func (p *Init) notExist(err error, mark int64) bool {
+	return missingIn(err.Error(), lastRuncError(p.runtime.Log, mark)) == containerMissing
 }
 
 // missing is what a failed runc call says is not there.
@@ -82,13 +84,25 @@ func missingIn(texts ...string) missing {
 	return nothingMissing
 }
 
-// lastRuncError is the message of the last error in runc's JSON log at path.
-func lastRuncError(path string) string {
-	f, err := os.Open(path)
+// logEnd is the size of runc's log: where the next call's lines will begin.
+func logEnd(logPath string) int64 {
+	st, err := os.Stat(logPath)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// lastRuncError is the message of the last error runc logged at logPath from offset from on.
+func lastRuncError(logPath string, from int64) string {
+	f, err := os.Open(logPath)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return ""
+	}
 	var msg string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)

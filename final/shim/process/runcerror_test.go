@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -77,8 +78,8 @@ func TestMissingInLive(t *testing.T) {
 				if err == nil {
 					t.Fatalf("%s %s of an unknown container succeeded", c.runtime, name)
 				}
-				if got := missingIn(err.Error(), lastRuncError(r.Log)); got != c.want {
-					t.Errorf("%s %s: %v (log: %q) classified %d, want %d", c.runtime, name, err, lastRuncError(r.Log), got, c.want)
+				if got := missingIn(err.Error(), lastRuncError(r.Log, 0)); got != c.want {
+					t.Errorf("%s %s: %v (log: %q) classified %d, want %d", c.runtime, name, err, lastRuncError(r.Log, 0), got, c.want)
 				}
 			}
 		})
@@ -159,4 +160,37 @@ func writeLog(t *testing.T, path, msg string) {
 	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOnlyTheCallsOwnLogCounts: runc's log keeps the errors of every earlier call. A call that
+// failed without a word must be neither described nor classified by one of them: an old
+// "container does not exist" would have Delete report a container gone that runc still has.
+func TestOnlyTheCallsOwnLogCounts(t *testing.T) {
+	silent := writeFakeRunc(t, "#!/bin/sh\nexit 1\n")
+	f := newStateFixture(t)
+	ctx := context.Background()
+	t.Run("delete", func(t *testing.T) {
+		p := f.init(stStopped)
+		p.runtime.Command = silent
+		writeLog(t, p.runtime.Log, "container does not exist")
+		if err := p.Delete(ctx); err == nil {
+			t.Errorf("Delete that failed silently after an old error: no error, state %s", p.Status())
+		}
+	})
+	t.Run("force delete", func(t *testing.T) {
+		bundle := t.TempDir()
+		writeLog(t, filepath.Join(bundle, "log.json"), "container does not exist")
+		if err := ForceDelete(ctx, Options{BinaryName: silent, Root: t.TempDir()}, "ns", "c1", bundle); err == nil {
+			t.Error("ForceDelete that failed silently after an old error: no error")
+		}
+	})
+	t.Run("error text", func(t *testing.T) {
+		p := f.init(stRunning)
+		p.runtime.Command = silent
+		writeLog(t, p.runtime.Log, "an earlier call's error")
+		err := p.Pause(ctx)
+		if err == nil || strings.Contains(err.Error(), "an earlier call's error") {
+			t.Errorf("Pause that failed silently after an old error: %v", err)
+		}
+	})
 }
