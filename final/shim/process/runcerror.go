@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// What runc says when it fails: the last error of its JSON log, and which failures mean the
-// container or process is gone, as containerd v2.4's runc shim reads them in
+// What runc says when it fails: the last error it logged during the failed call, and which
+// failures mean the container or process is gone, as containerd v2.4's runc shim reads them in
 // process.(*Init).runtimeError, getLastRuntimeError and checkKillError (process/utils.go).
 
 package process
@@ -31,8 +31,8 @@ func (p *Init) runtimeError(err error, op string, mark int64) error {
 // killError is NotFound only when runc says there is nothing left to signal: callers take
 // NotFound from Kill for "already gone" and stop trying, so a runc that failed, hung or was
 // killed must not be reported that way (containerd's checkKillError draws the same line).
-// Only this call's own output decides: log.json holds the errors of every earlier runc call
-// too, and an old "container not running" must not speak for a runc that died silently.
+// Only this call's own output decides: Kill runs alongside the other runc calls, so even the
+// lines log.json gained during it may be another call's "container not running".
 func (p *Init) killError(err error, mark int64) error {
 	rerr := p.runtimeError(err, "kill", mark)
 	if missingIn(err.Error()) != nothingMissing {
