@@ -31,6 +31,9 @@ import (
 // SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
 const DefaultRuncRoot = "/run/shimwalk/runc"
 
+// deleted is the status of a process after Delete: it exists for no one any more.
+const deleted = task.Status_UNKNOWN
+
 // Options are the runtime options that shape how runc runs (api/types/runc/options.Options).
 type Options struct {
 	BinaryName    string // the runc-compatible binary: runc, crun, ...

@@ -41,35 +41,15 @@ var opNames = [numOps]string{
 	opPids: "pids", opStats: "stats", opResize: "resize", opExit: "exit",
 }
 
-// state is a column of the tables: a status a process of the shim's can be in. PAUSING is not
-// one: an init reports running until runc pause has returned (containerd's reports pausing
-// meanwhile), and its other changes wait for the pause to end.
-type state uint8
-
+// The statuses a process of the shim's can be in, the keys of the tables; deleted (init.go) is
+// the last. PAUSING is not one: an init reports running until runc pause has returned
+// (containerd's reports pausing meanwhile), and its other changes wait for the pause to end.
 const (
-	created state = iota
-	running
-	paused
-	stopped
-	deleted // Delete is done: the process exists for no one any more
-	numStates
+	created = task.Status_CREATED
+	running = task.Status_RUNNING
+	paused  = task.Status_PAUSED
+	stopped = task.Status_STOPPED
 )
-
-// statusOf is the status the task API reports for each state.
-var statusOf = [numStates]task.Status{
-	created: task.Status_CREATED, running: task.Status_RUNNING, paused: task.Status_PAUSED,
-	stopped: task.Status_STOPPED, deleted: task.Status_UNKNOWN,
-}
-
-// stateOf is the column of status s; false for a status no process of the shim's is ever in.
-func stateOf(s task.Status) (state, bool) {
-	for st, status := range statusOf {
-		if status == s {
-			return state(st), true
-		}
-	}
-	return 0, false
-}
 
 // verdict is what a state answers an operation.
 type verdict uint8
@@ -88,7 +68,7 @@ const (
 type rule struct {
 	verdict verdict
 	moves   bool
-	next    state
+	next    task.Status
 }
 
 var (
@@ -97,11 +77,11 @@ var (
 )
 
 // to allows the operation and moves the process to next once it has succeeded.
-func to(next state) rule { return rule{verdict: allow, moves: true, next: next} }
+func to(next task.Status) rule { return rule{verdict: allow, moves: true, next: next} }
 
 // rules gives, for each operation, the rule of each state. A state an operation's row leaves
 // out refuses it (the zero rule), and so do all states for an operation a table leaves out.
-type rules [numOps][numStates]rule
+type rules [numOps]map[task.Status]rule
 
 // initRules is the init's state machine. Where containerd's runc shim answers otherwise:
 //   - its state errors have no class (Unknown); here a refusal is FailedPrecondition, or NotFound
@@ -130,7 +110,7 @@ var initRules = rules{
 }
 
 // execRules is an exec's state machine. An exec's own status is never PAUSED (Status reports its
-// container's), so its paused column is left empty. Where containerd's runc shim answers
+// container's), so its rows leave paused out. Where containerd's runc shim answers
 // otherwise: state errors have a class, as for the init, and a deleted exec's terminal can
 // still be resized (the task service forgets a deleted exec, so no request reaches it).
 var execRules = rules{
@@ -143,11 +123,7 @@ var execRules = rules{
 
 // ruleFor is the rule of the process's current state for o. Call with mu held.
 func (p *base) ruleFor(o operation) rule {
-	st, known := stateOf(p.status)
-	if !known {
-		return rule{verdict: refuse}
-	}
-	return p.rules[o][st]
+	return p.rules[o][p.status]
 }
 
 // check returns the error for o in the process's current state, nil when the state allows it.
@@ -161,14 +137,14 @@ func (p *base) check(o operation) error {
 func (p *base) checkLocked(o operation) error {
 	name := opNames[o]
 	switch p.ruleFor(o).verdict {
-	case allow:
-		return nil
+	case refuse:
+		return p.stateError(name)
 	case finished:
 		return p.finished(name)
 	case notStarted:
 		return fmt.Errorf("%s: exec %s has not started: %w", name, p.id, errdefs.ErrFailedPrecondition)
 	}
-	return p.stateError(name)
+	return nil
 }
 
 // advance moves the process to where a successful o leads from the state it is in now, which
@@ -178,7 +154,7 @@ func (p *base) checkLocked(o operation) error {
 // with mu held.
 func (p *base) advance(o operation) {
 	if r := p.ruleFor(o); r.verdict == allow && r.moves {
-		p.status = statusOf[r.next]
+		p.status = r.next
 	}
 }
 
