@@ -117,7 +117,7 @@ func TestCallersOfMissingIn(t *testing.T) {
 		{"kill that fails silently after an old error", writeFakeRunc(t, "#!/bin/sh\nexit 1\n"), "container not running", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := f.init(stRunning)
+			p := f.init(running)
 			p.runtime.Command = c.runc
 			if c.oldLog != "" {
 				writeLog(t, p.runtime.Log, c.oldLog)
@@ -138,7 +138,7 @@ func TestCallersOfMissingIn(t *testing.T) {
 		{"delete that fails otherwise", says("container not running"), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := f.init(stStopped)
+			p := f.init(stopped)
 			p.runtime.Command = c.runc
 			err := p.Delete(ctx)
 			if (err == nil) != c.done {
@@ -170,7 +170,7 @@ func TestOnlyTheCallsOwnLogCounts(t *testing.T) {
 	f := newStateFixture(t)
 	ctx := context.Background()
 	t.Run("delete", func(t *testing.T) {
-		p := f.init(stStopped)
+		p := f.init(stopped)
 		p.runtime.Command = silent
 		writeLog(t, p.runtime.Log, "container does not exist")
 		if err := p.Delete(ctx); err == nil {
@@ -185,7 +185,7 @@ func TestOnlyTheCallsOwnLogCounts(t *testing.T) {
 		}
 	})
 	t.Run("error text", func(t *testing.T) {
-		p := f.init(stRunning)
+		p := f.init(running)
 		p.runtime.Command = silent
 		writeLog(t, p.runtime.Log, "an earlier call's error")
 		err := p.Pause(ctx)

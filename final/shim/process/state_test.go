@@ -34,15 +34,6 @@ done
 [ -z "$pidfile" ] || printf %d $PPID >"$pidfile"
 `
 
-// The statuses a process goes through, and what each refusal of them says.
-const (
-	stCreated = task.Status_CREATED
-	stRunning = task.Status_RUNNING
-	stPaused  = task.Status_PAUSED
-	stStopped = task.Status_STOPPED
-	stDeleted = task.Status_UNKNOWN
-)
-
 // outcome is what an operation in a state must come to: the state after it, and for a
 // refusal its error class and text (the state is then left as it was).
 type outcome struct {
@@ -104,7 +95,7 @@ func (f *stateFixture) init(status task.Status) *Init {
 func (f *stateFixture) exec(status task.Status) *Exec {
 	e := &Exec{
 		base:   newBase("e1", stdio.Config{}, &execRules),
-		parent: f.init(stRunning),
+		parent: f.init(running),
 		spec:   &specs.Process{Args: []string{"true"}, Cwd: "/"},
 		pidfd:  -1,
 	}
@@ -162,95 +153,95 @@ func checkOutcome(t *testing.T, err error, got task.Status, before task.Status, 
 func TestInitStates(t *testing.T) {
 	ops := []stateCase[*Init]{
 		{"start", func(ctx context.Context, p *Init) error { return p.Start(ctx) }, map[task.Status]outcome{
-			stCreated: moves(stRunning),
-			stRunning: precondition("start: process c1 is running"),
-			stPaused:  precondition("start: process c1 is paused"),
-			stStopped: precondition("start: process c1 has already exited"),
-			stDeleted: notFound("start: process c1 is deleted"),
+			created: moves(running),
+			running: precondition("start: process c1 is running"),
+			paused:  precondition("start: process c1 is paused"),
+			stopped: precondition("start: process c1 has already exited"),
+			deleted: notFound("start: process c1 is deleted"),
 		}},
 		{"kill", func(ctx context.Context, p *Init) error { return p.Kill(ctx, 0, false) }, map[task.Status]outcome{
-			stCreated: moves(stCreated),
-			stRunning: moves(stRunning),
-			stPaused:  moves(stPaused),
-			stStopped: notFound("kill: process c1 has already finished"),
-			stDeleted: notFound("kill: process c1 has already finished"),
+			created: moves(created),
+			running: moves(running),
+			paused:  moves(paused),
+			stopped: notFound("kill: process c1 has already finished"),
+			deleted: notFound("kill: process c1 has already finished"),
 		}},
 		{"kill all", func(ctx context.Context, p *Init) error { return p.Kill(ctx, 0, true) }, map[task.Status]outcome{
-			stCreated: moves(stCreated),
-			stRunning: moves(stRunning),
-			stPaused:  moves(stPaused),
-			stStopped: moves(stStopped),
-			stDeleted: notFound("kill: process c1 has already finished"),
+			created: moves(created),
+			running: moves(running),
+			paused:  moves(paused),
+			stopped: moves(stopped),
+			deleted: notFound("kill: process c1 has already finished"),
 		}},
 		{"pause", func(ctx context.Context, p *Init) error { return p.Pause(ctx) }, map[task.Status]outcome{
-			stCreated: precondition("pause: process c1 is created"),
-			stRunning: moves(stPaused),
-			stPaused:  precondition("pause: process c1 is paused"),
-			stStopped: precondition("pause: process c1 has already exited"),
-			stDeleted: notFound("pause: process c1 is deleted"),
+			created: precondition("pause: process c1 is created"),
+			running: moves(paused),
+			paused:  precondition("pause: process c1 is paused"),
+			stopped: precondition("pause: process c1 has already exited"),
+			deleted: notFound("pause: process c1 is deleted"),
 		}},
 		{"resume", func(ctx context.Context, p *Init) error { return p.Resume(ctx) }, map[task.Status]outcome{
-			stCreated: precondition("resume: process c1 is created"),
-			stRunning: precondition("resume: process c1 is running"),
-			stPaused:  moves(stRunning),
-			stStopped: precondition("resume: process c1 has already exited"),
-			stDeleted: notFound("resume: process c1 is deleted"),
+			created: precondition("resume: process c1 is created"),
+			running: precondition("resume: process c1 is running"),
+			paused:  moves(running),
+			stopped: precondition("resume: process c1 has already exited"),
+			deleted: notFound("resume: process c1 is deleted"),
 		}},
 		{"delete", func(ctx context.Context, p *Init) error { return p.Delete(ctx) }, map[task.Status]outcome{
-			stCreated: moves(stDeleted),
-			stRunning: precondition("delete: process c1 is running"),
-			stPaused:  precondition("delete: process c1 is paused"),
-			stStopped: moves(stDeleted),
-			stDeleted: notFound("delete: process c1 is deleted"),
+			created: moves(deleted),
+			running: precondition("delete: process c1 is running"),
+			paused:  precondition("delete: process c1 is paused"),
+			stopped: moves(deleted),
+			deleted: notFound("delete: process c1 is deleted"),
 		}},
 		{"update", func(ctx context.Context, p *Init) error { return p.Update(ctx, &specs.LinuxResources{}) }, map[task.Status]outcome{
-			stCreated: moves(stCreated),
-			stRunning: moves(stRunning),
-			stPaused:  moves(stPaused),
-			stStopped: precondition("update: process c1 has already exited"),
-			stDeleted: notFound("update: process c1 is deleted"),
+			created: moves(created),
+			running: moves(running),
+			paused:  moves(paused),
+			stopped: precondition("update: process c1 has already exited"),
+			deleted: notFound("update: process c1 is deleted"),
 		}},
 		{"checkpoint", func(ctx context.Context, p *Init) error { return p.Checkpoint(ctx, CheckpointConfig{}) }, map[task.Status]outcome{
-			stCreated: precondition("checkpoint: process c1 is created"),
-			stRunning: moves(stRunning),
-			stPaused:  moves(stPaused),
-			stStopped: precondition("checkpoint: process c1 has already exited"),
-			stDeleted: notFound("checkpoint: process c1 is deleted"),
+			created: precondition("checkpoint: process c1 is created"),
+			running: moves(running),
+			paused:  moves(paused),
+			stopped: precondition("checkpoint: process c1 has already exited"),
+			deleted: notFound("checkpoint: process c1 is deleted"),
 		}},
 		{"exec", func(ctx context.Context, p *Init) error {
 			_, err := p.NewExec("e1", &specs.Process{Args: []string{"true"}}, stdio.Config{})
 			return err
 		}, map[task.Status]outcome{
-			stCreated: moves(stCreated),
-			stRunning: moves(stRunning),
-			stPaused:  precondition("exec: process c1 is paused"),
-			stStopped: precondition("exec: process c1 has already exited"),
-			stDeleted: notFound("exec: process c1 is deleted"),
+			created: moves(created),
+			running: moves(running),
+			paused:  precondition("exec: process c1 is paused"),
+			stopped: precondition("exec: process c1 has already exited"),
+			deleted: notFound("exec: process c1 is deleted"),
 		}},
 		{"pids", func(ctx context.Context, p *Init) error { _, err := p.Pids(ctx); return err }, map[task.Status]outcome{
-			stCreated: moves(stCreated),
-			stRunning: moves(stRunning),
-			stPaused:  moves(stPaused),
-			stStopped: moves(stStopped),
-			stDeleted: notFound("pids: process c1 is deleted"),
+			created: moves(created),
+			running: moves(running),
+			paused:  moves(paused),
+			stopped: moves(stopped),
+			deleted: notFound("pids: process c1 is deleted"),
 		}},
 		{"stats", func(ctx context.Context, p *Init) error { _, err := p.Stats(ctx); return err }, map[task.Status]outcome{
-			stCreated: moves(stCreated),
-			stRunning: moves(stRunning),
-			stPaused:  moves(stPaused),
-			stStopped: moves(stStopped),
-			stDeleted: notFound("stats: process c1 is deleted"),
+			created: moves(created),
+			running: moves(running),
+			paused:  moves(paused),
+			stopped: moves(stopped),
+			deleted: notFound("stats: process c1 is deleted"),
 		}},
 		{"exit", func(ctx context.Context, p *Init) error { p.SetExited(0, time.Now()); return nil }, map[task.Status]outcome{
-			stCreated: moves(stStopped),
-			stRunning: moves(stStopped),
-			stPaused:  moves(stStopped),
-			stStopped: moves(stStopped),
-			stDeleted: moves(stDeleted),
+			created: moves(stopped),
+			running: moves(stopped),
+			paused:  moves(stopped),
+			stopped: moves(stopped),
+			deleted: moves(deleted),
 		}},
 	}
 	f := newStateFixture(t)
-	runStates(t, []task.Status{stCreated, stRunning, stPaused, stStopped, stDeleted}, f.init, ops)
+	runStates(t, []task.Status{created, running, paused, stopped, deleted}, f.init, ops)
 }
 
 // TestExecStates is TestInitStates for an exec process, in the states it has of its own (it is
@@ -258,36 +249,36 @@ func TestInitStates(t *testing.T) {
 func TestExecStates(t *testing.T) {
 	ops := []stateCase[*Exec]{
 		{"start", func(ctx context.Context, e *Exec) error { return e.Start(ctx) }, map[task.Status]outcome{
-			stCreated: moves(stRunning),
-			stRunning: precondition("start: process e1 is running"),
-			stStopped: precondition("start: process e1 has already exited"),
-			stDeleted: notFound("start: process e1 is deleted"),
+			created: moves(running),
+			running: precondition("start: process e1 is running"),
+			stopped: precondition("start: process e1 has already exited"),
+			deleted: notFound("start: process e1 is deleted"),
 		}},
 		{"kill", func(ctx context.Context, e *Exec) error { return e.Kill(ctx, 0) }, map[task.Status]outcome{
-			stCreated: precondition("kill: exec e1 has not started"),
-			stRunning: moves(stRunning),
-			stStopped: notFound("kill: process e1 has already finished"),
-			stDeleted: notFound("kill: process e1 has already finished"),
+			created: precondition("kill: exec e1 has not started"),
+			running: moves(running),
+			stopped: notFound("kill: process e1 has already finished"),
+			deleted: notFound("kill: process e1 has already finished"),
 		}},
 		{"delete", func(ctx context.Context, e *Exec) error { return e.Delete(ctx) }, map[task.Status]outcome{
-			stCreated: moves(stDeleted),
-			stRunning: precondition("delete: process e1 is running"),
-			stStopped: moves(stDeleted),
-			stDeleted: notFound("delete: process e1 is deleted"),
+			created: moves(deleted),
+			running: precondition("delete: process e1 is running"),
+			stopped: moves(deleted),
+			deleted: notFound("delete: process e1 is deleted"),
 		}},
 		{"resize", func(ctx context.Context, e *Exec) error { return e.Resize(80, 24) }, map[task.Status]outcome{
-			stCreated: moves(stCreated),
-			stRunning: moves(stRunning),
-			stStopped: precondition("resize: process e1 has already exited"),
-			stDeleted: moves(stDeleted),
+			created: moves(created),
+			running: moves(running),
+			stopped: precondition("resize: process e1 has already exited"),
+			deleted: moves(deleted),
 		}},
 		{"exit", func(ctx context.Context, e *Exec) error { e.SetExited(0, time.Now()); return nil }, map[task.Status]outcome{
-			stCreated: moves(stStopped),
-			stRunning: moves(stStopped),
-			stStopped: moves(stStopped),
-			stDeleted: moves(stDeleted),
+			created: moves(stopped),
+			running: moves(stopped),
+			stopped: moves(stopped),
+			deleted: moves(deleted),
 		}},
 	}
 	f := newStateFixture(t)
-	runStates(t, []task.Status{stCreated, stRunning, stStopped, stDeleted}, f.exec, ops)
+	runStates(t, []task.Status{created, running, stopped, deleted}, f.exec, ops)
 }
