@@ -42,7 +42,8 @@ type outcome struct {
 	msg   string
 }
 
-func moves(next task.Status) outcome { return outcome{next: next} }
+// succeeds is the outcome of an operation the state allows: the process is in next after it.
+func succeeds(next task.Status) outcome { return outcome{next: next} }
 
 func refused(class error, msg string) outcome { return outcome{class: class, msg: msg} }
 
@@ -153,29 +154,29 @@ func checkOutcome(t *testing.T, err error, got task.Status, before task.Status, 
 func TestInitStates(t *testing.T) {
 	ops := []stateCase[*Init]{
 		{"start", func(ctx context.Context, p *Init) error { return p.Start(ctx) }, map[task.Status]outcome{
-			created: moves(running),
+			created: succeeds(running),
 			running: precondition("start: process c1 is running"),
 			paused:  precondition("start: process c1 is paused"),
 			stopped: precondition("start: process c1 has already exited"),
 			deleted: notFound("start: process c1 is deleted"),
 		}},
 		{"kill", func(ctx context.Context, p *Init) error { return p.Kill(ctx, 0, false) }, map[task.Status]outcome{
-			created: moves(created),
-			running: moves(running),
-			paused:  moves(paused),
+			created: succeeds(created),
+			running: succeeds(running),
+			paused:  succeeds(paused),
 			stopped: notFound("kill: process c1 has already finished"),
 			deleted: notFound("kill: process c1 has already finished"),
 		}},
 		{"kill all", func(ctx context.Context, p *Init) error { return p.Kill(ctx, 0, true) }, map[task.Status]outcome{
-			created: moves(created),
-			running: moves(running),
-			paused:  moves(paused),
-			stopped: moves(stopped),
+			created: succeeds(created),
+			running: succeeds(running),
+			paused:  succeeds(paused),
+			stopped: succeeds(stopped),
 			deleted: notFound("kill: process c1 has already finished"),
 		}},
 		{"pause", func(ctx context.Context, p *Init) error { return p.Pause(ctx) }, map[task.Status]outcome{
 			created: precondition("pause: process c1 is created"),
-			running: moves(paused),
+			running: succeeds(paused),
 			paused:  precondition("pause: process c1 is paused"),
 			stopped: precondition("pause: process c1 has already exited"),
 			deleted: notFound("pause: process c1 is deleted"),
@@ -183,28 +184,28 @@ func TestInitStates(t *testing.T) {
 		{"resume", func(ctx context.Context, p *Init) error { return p.Resume(ctx) }, map[task.Status]outcome{
 			created: precondition("resume: process c1 is created"),
 			running: precondition("resume: process c1 is running"),
-			paused:  moves(running),
+			paused:  succeeds(running),
 			stopped: precondition("resume: process c1 has already exited"),
 			deleted: notFound("resume: process c1 is deleted"),
 		}},
 		{"delete", func(ctx context.Context, p *Init) error { return p.Delete(ctx) }, map[task.Status]outcome{
-			created: moves(deleted),
+			created: succeeds(deleted),
 			running: precondition("delete: process c1 is running"),
 			paused:  precondition("delete: process c1 is paused"),
-			stopped: moves(deleted),
+			stopped: succeeds(deleted),
 			deleted: notFound("delete: process c1 is deleted"),
 		}},
 		{"update", func(ctx context.Context, p *Init) error { return p.Update(ctx, &specs.LinuxResources{}) }, map[task.Status]outcome{
-			created: moves(created),
-			running: moves(running),
-			paused:  moves(paused),
+			created: succeeds(created),
+			running: succeeds(running),
+			paused:  succeeds(paused),
 			stopped: precondition("update: process c1 has already exited"),
 			deleted: notFound("update: process c1 is deleted"),
 		}},
 		{"checkpoint", func(ctx context.Context, p *Init) error { return p.Checkpoint(ctx, CheckpointConfig{}) }, map[task.Status]outcome{
 			created: precondition("checkpoint: process c1 is created"),
-			running: moves(running),
-			paused:  moves(paused),
+			running: succeeds(running),
+			paused:  succeeds(paused),
 			stopped: precondition("checkpoint: process c1 has already exited"),
 			deleted: notFound("checkpoint: process c1 is deleted"),
 		}},
@@ -212,32 +213,32 @@ func TestInitStates(t *testing.T) {
 			_, err := p.NewExec("e1", &specs.Process{Args: []string{"true"}}, stdio.Config{})
 			return err
 		}, map[task.Status]outcome{
-			created: moves(created),
-			running: moves(running),
+			created: succeeds(created),
+			running: succeeds(running),
 			paused:  precondition("exec: process c1 is paused"),
 			stopped: precondition("exec: process c1 has already exited"),
 			deleted: notFound("exec: process c1 is deleted"),
 		}},
 		{"pids", func(ctx context.Context, p *Init) error { _, err := p.Pids(ctx); return err }, map[task.Status]outcome{
-			created: moves(created),
-			running: moves(running),
-			paused:  moves(paused),
-			stopped: moves(stopped),
+			created: succeeds(created),
+			running: succeeds(running),
+			paused:  succeeds(paused),
+			stopped: succeeds(stopped),
 			deleted: notFound("pids: process c1 is deleted"),
 		}},
 		{"stats", func(ctx context.Context, p *Init) error { _, err := p.Stats(ctx); return err }, map[task.Status]outcome{
-			created: moves(created),
-			running: moves(running),
-			paused:  moves(paused),
-			stopped: moves(stopped),
+			created: succeeds(created),
+			running: succeeds(running),
+			paused:  succeeds(paused),
+			stopped: succeeds(stopped),
 			deleted: notFound("stats: process c1 is deleted"),
 		}},
 		{"exit", func(ctx context.Context, p *Init) error { p.SetExited(0, time.Now()); return nil }, map[task.Status]outcome{
-			created: moves(stopped),
-			running: moves(stopped),
-			paused:  moves(stopped),
-			stopped: moves(stopped),
-			deleted: moves(deleted),
+			created: succeeds(stopped),
+			running: succeeds(stopped),
+			paused:  succeeds(stopped),
+			stopped: succeeds(stopped),
+			deleted: succeeds(deleted),
 		}},
 	}
 	f := newStateFixture(t)
@@ -249,34 +250,34 @@ func TestInitStates(t *testing.T) {
 func TestExecStates(t *testing.T) {
 	ops := []stateCase[*Exec]{
 		{"start", func(ctx context.Context, e *Exec) error { return e.Start(ctx) }, map[task.Status]outcome{
-			created: moves(running),
+			created: succeeds(running),
 			running: precondition("start: process e1 is running"),
 			stopped: precondition("start: process e1 has already exited"),
 			deleted: notFound("start: process e1 is deleted"),
 		}},
 		{"kill", func(ctx context.Context, e *Exec) error { return e.Kill(ctx, 0) }, map[task.Status]outcome{
 			created: precondition("kill: exec e1 has not started"),
-			running: moves(running),
+			running: succeeds(running),
 			stopped: notFound("kill: process e1 has already finished"),
 			deleted: notFound("kill: process e1 has already finished"),
 		}},
 		{"delete", func(ctx context.Context, e *Exec) error { return e.Delete(ctx) }, map[task.Status]outcome{
-			created: moves(deleted),
+			created: succeeds(deleted),
 			running: precondition("delete: process e1 is running"),
-			stopped: moves(deleted),
+			stopped: succeeds(deleted),
 			deleted: notFound("delete: process e1 is deleted"),
 		}},
 		{"resize", func(ctx context.Context, e *Exec) error { return e.Resize(80, 24) }, map[task.Status]outcome{
-			created: moves(created),
-			running: moves(running),
+			created: succeeds(created),
+			running: succeeds(running),
 			stopped: precondition("resize: process e1 has already exited"),
-			deleted: moves(deleted),
+			deleted: succeeds(deleted),
 		}},
 		{"exit", func(ctx context.Context, e *Exec) error { e.SetExited(0, time.Now()); return nil }, map[task.Status]outcome{
-			created: moves(stopped),
-			running: moves(stopped),
-			stopped: moves(stopped),
-			deleted: moves(deleted),
+			created: succeeds(stopped),
+			running: succeeds(stopped),
+			stopped: succeeds(stopped),
+			deleted: succeeds(deleted),
 		}},
 	}
 	f := newStateFixture(t)
