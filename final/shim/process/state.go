@@ -92,6 +92,8 @@ type rules [numOps]map[task.Status]rule
 //   - an init created from a checkpoint is CREATED like any other: the reference's
 //     createdCheckpointState refuses an exec, this table allows it;
 //   - Pids and Stats are not state methods there; here a deleted init refuses them.
+//   - an exit while paused moves to stopped without the reference's runc resume: Delete's
+//     runc delete --force thaws the frozen cgroup instead.
 //
 // The resize of an init's terminal is no state operation: the reference resizes in any state.
 var initRules = rules{
