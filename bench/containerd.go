@@ -53,44 +53,36 @@ const ctrTimeout = 60 * time.Second
 
 // startBench starts the private containerd of generation gen ("1.6" or "2") under work.
 func startBench(o options, gen, work, rootfs string) (*bench, error) {
-	cfg := driver.ContainerdConfig{
-		// Short: the shims' sockets are named by a 64-character hash below it.
-		Dir: filepath.Join(work, "c"+strings.ReplaceAll(gen, ".", "")),
-		// ctr puts containers in the cgroup /<namespace>/<id>; Stop removes what is left of it.
-		Namespace: fmt.Sprintf("shimbench%s-%d", strings.ReplaceAll(gen, ".", ""), os.Getpid()),
-		RuncRoot:  filepath.Join(work, "runc"),
-		LogLevel:  "info",
-	}
-	var ref string
+	var version string
 	switch gen {
 	case "1.6":
+	case "2":
 		var err error
-		if cfg.Binary, err = exec.LookPath("containerd"); err != nil {
-			return nil, fmt.Errorf("containerd 1.6 (scripts/deps.sh installs it): %w", err)
+		if version, err = driver.Containerd2Version(o.repo); err != nil {
+			return nil, err
 		}
-		if cfg.Ctr, err = exec.LookPath("ctr"); err != nil {
-			return nil, fmt.Errorf("ctr 1.6: %w", err)
-		}
+	default:
+		return nil, fmt.Errorf("unknown containerd generation %q", gen)
+	}
+	cfg, err := driver.ReleaseConfig(version)
+	if err != nil {
+		return nil, err
+	}
+	// Short: the shims' sockets are named by a 64-character hash below it.
+	cfg.Dir = filepath.Join(work, "c"+strings.ReplaceAll(gen, ".", ""))
+	// ctr puts containers in the cgroup /<namespace>/<id>; Stop removes what is left of it.
+	cfg.Namespace = fmt.Sprintf("shimbench%s-%d", strings.ReplaceAll(gen, ".", ""), os.Getpid())
+	cfg.RuncRoot = filepath.Join(work, "runc")
+	cfg.LogLevel = "info"
+	// The reference is the runc shim of the same release: Debian's in PATH, or the one
+	// scripts/containerd2.sh built beside containerd.
+	ref := filepath.Join(filepath.Dir(cfg.Binary), "containerd-shim-runc-v2")
+	if version == "" {
 		if ref, err = exec.LookPath("containerd-shim-runc-v2"); err != nil {
 			return nil, fmt.Errorf("containerd 1.6's runc shim: %w", err)
 		}
-		cfg.ConfigVersion, cfg.Disabled = 2, driver.Disabled16
-	case "2":
-		version, bin, err := driver.Containerd2Dir(o.repo)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Binary, cfg.Ctr = filepath.Join(bin, "containerd"), filepath.Join(bin, "ctr")
-		ref = filepath.Join(bin, "containerd-shim-runc-v2")
-		for _, p := range []string{cfg.Binary, cfg.Ctr, ref} {
-			if _, err := os.Stat(p); err != nil {
-				return nil, fmt.Errorf("containerd %s is not built (scripts/containerd2.sh builds it): %w", version, err)
-			}
-		}
-		cfg.Env = driver.Containerd2Env(bin)
-		cfg.ConfigVersion, cfg.Disabled = 3, driver.Disabled2
-	default:
-		return nil, fmt.Errorf("unknown containerd generation %q", gen)
+	} else if _, err := os.Stat(ref); err != nil {
+		return nil, fmt.Errorf("containerd %s is not built (scripts/containerd2.sh builds it): %w", version, err)
 	}
 	// Both shims run from copies of their own: PSS shares a page among every process that maps
 	// it, so another program running the same binary meanwhile would lower a shim's reading.

@@ -17,9 +17,8 @@ import (
 
 // Conn is a ttrpc connection to one shim's Task service.
 type Conn struct {
-	Task    taskapi.TTRPCTaskService
-	Address string
-	client  *ttrpc.Client
+	Task   taskapi.TTRPCTaskService
+	client *ttrpc.Client
 }
 
 // Dial connects to the shim at a unix:// address.
@@ -33,7 +32,7 @@ func Dial(ctx context.Context, address string) (*Conn, error) {
 		return nil, fmt.Errorf("connect to shim: %w", err)
 	}
 	client := ttrpc.NewClient(nc)
-	return &Conn{Task: taskapi.NewTTRPCTaskClient(client), Address: address, client: client}, nil
+	return &Conn{Task: taskapi.NewTTRPCTaskClient(client), client: client}, nil
 }
 
 // Connect dials the shim of task id at the address its bundle records.
@@ -50,7 +49,7 @@ func (d *Driver) Connect(ctx context.Context, id string) (*Conn, error) {
 	d.Trace.Add(Record{Kind: KindPoint, Participant: "shimctl", Name: "reads bootstrap.json for the shim's address"})
 	c, err := Dial(ctx, b.Address)
 	if err == nil {
-		c.Task = d.Trace.Wrap(c.Task)
+		c.Task = d.Trace.wrap(c.Task)
 	}
 	return c, err
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// A private containerd: the real one, for the end-to-end tests and the benchmark, kept apart from
-// the system's. Not a mirror of any containerd function: it writes the config containerd reads.
+// A private containerd of any release: the real one, for the end-to-end tests, the benchmark and
+// the pod lab, kept apart from the system's, and the ctr command line that reaches it. Not a
+// mirror of any containerd function: it writes the config containerd reads.
 
 package driver
 
@@ -45,8 +46,8 @@ type ContainerdConfig struct {
 	SharedNamespace bool
 }
 
-// Disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
-var Disabled16 = []string{
+// disabled16 keeps containerd 1.6 small: no CRI, no snapshotters that this machine cannot run.
+var disabled16 = []string{
 	"io.containerd.grpc.v1.cri",
 	"io.containerd.snapshotter.v1.aufs",
 	"io.containerd.snapshotter.v1.btrfs",
@@ -56,16 +57,16 @@ var Disabled16 = []string{
 	"io.containerd.tracing.processor.v1.otlp",
 }
 
-// Disabled17 is Disabled16 for containerd 1.7, which adds NRI: it listens on the host-wide
+// disabled17 is disabled16 for containerd 1.7, which adds NRI: it listens on the host-wide
 // /var/run/nri/nri.sock, which private containerds running side by side would fight over.
-var Disabled17 = append(slices.Clone(Disabled16), "io.containerd.nri.v1.nri")
+var disabled17 = append(slices.Clone(disabled16), "io.containerd.nri.v1.nri")
 
-// Disabled2 is the same for containerd 2.x, where CRI is four plugins. CRI would start here, but
+// disabled2 is the same for containerd 2.x, where CRI is four plugins. CRI would start here, but
 // it probes CNI and runs `containerd-shim-runc-v2 -info` from PATH, and nothing here needs it. NRI
 // listens on the host-wide /var/run/nri/nri.sock, which private containerds running side by side
 // would fight over. The shim sandbox controller stays: without any sandbox controller the
 // sandbox-controllers gRPC service fails to load.
-var Disabled2 = []string{
+var disabled2 = []string{
 	"io.containerd.grpc.v1.cri",
 	"io.containerd.cri.v1.images",
 	"io.containerd.cri.v1.runtime",
@@ -80,18 +81,63 @@ var Disabled2 = []string{
 	"io.containerd.tracing.processor.v1.otlp",
 }
 
-// Containerd2Dir is where scripts/containerd2.sh (below repoRoot) puts the binaries of the
-// containerd 2.x the tests and the benchmark run against. The version is read from the script so
-// that bumping it there is the only edit.
-func Containerd2Dir(repoRoot string) (version, bin string, err error) {
+// MissingError says that a containerd release is not installed where ReleaseConfig looks, and
+// what installs it: a test skips (or fails under CI) on it, a tool reports it.
+type MissingError struct{ msg string }
+
+func (e *MissingError) Error() string { return e.msg }
+
+// ReleaseConfig is what a containerd release decides of its ContainerdConfig: its binaries, the
+// environment they need, the config schema it reads, and the plugins it runs without. version ""
+// is Debian's 1.6 from PATH, any other one a release that scripts/containerd2.sh built. The
+// caller adds the rest (Dir, Namespace, RuncRoot, ...). A release that is not installed is a
+// *MissingError.
+func ReleaseConfig(version string) (ContainerdConfig, error) {
+	if version == "" {
+		cfg := ContainerdConfig{ConfigVersion: 2, Disabled: disabled16}
+		var err error
+		if cfg.Binary, err = exec.LookPath("containerd"); err != nil {
+			return cfg, &MissingError{"containerd is not installed (scripts/deps.sh installs it)"}
+		}
+		if cfg.Ctr, err = exec.LookPath("ctr"); err != nil {
+			return cfg, &MissingError{"ctr is not installed (scripts/deps.sh installs it)"}
+		}
+		return cfg, nil
+	}
+	bin := containerdDir(version)
+	cfg := ContainerdConfig{
+		Binary: filepath.Join(bin, "containerd"),
+		Ctr:    filepath.Join(bin, "ctr"),
+		// containerd looks a runtime name up in PATH before beside its own binary: without this,
+		// io.containerd.runc.v2 would be Debian's 1.6 shim.
+		Env:           []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")},
+		ConfigVersion: 3,
+		Disabled:      disabled2,
+	}
+	if strings.HasPrefix(version, "v1.") {
+		// containerd 1.7 reads config version 2 and has CRI as one plugin, as 1.6 does.
+		cfg.ConfigVersion, cfg.Disabled = 2, disabled17
+	}
+	for _, p := range []string{cfg.Binary, cfg.Ctr} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			return cfg, &MissingError{fmt.Sprintf("containerd %s is not built in %s (scripts/containerd2.sh %s builds it)", version, bin, version)}
+		}
+	}
+	return cfg, nil
+}
+
+// Containerd2Version is the containerd 2.x release (CONTAINERD2_VERSION of scripts/containerd2.sh,
+// below repoRoot) the tests and the benchmark run against. It is read from the script so that
+// bumping it there is the only edit.
+func Containerd2Version(repoRoot string) (string, error) {
 	values, err := scriptVar(repoRoot, "CONTAINERD2_VERSION")
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	if len(values) != 1 {
-		return "", "", fmt.Errorf("scripts/containerd2.sh: CONTAINERD2_VERSION names %d versions, want one", len(values))
+		return "", fmt.Errorf("scripts/containerd2.sh: CONTAINERD2_VERSION names %d versions, want one", len(values))
 	}
-	return values[0], ContainerdDir(values[0]), nil
+	return values[0], nil
 }
 
 // ContainerdVersions lists the containerd releases scripts/containerd2.sh builds by default
@@ -100,8 +146,8 @@ func ContainerdVersions(repoRoot string) ([]string, error) {
 	return scriptVar(repoRoot, "CONTAINERD_VERSIONS")
 }
 
-// ContainerdDir is the directory scripts/containerd2.sh builds version's binaries into.
-func ContainerdDir(version string) string {
+// containerdDir is the directory scripts/containerd2.sh builds version's binaries into.
+func containerdDir(version string) string {
 	cache := os.Getenv("SHIMWALK_CACHE")
 	if cache == "" {
 		cache = "/var/cache/shimwalk"
@@ -146,23 +192,14 @@ func scriptVar(repoRoot, name string) ([]string, error) {
 // validVersion is a containerd release tag; it also becomes a directory name.
 var validVersion = regexp.MustCompile(`^v[12]\.\d+\.\d+(-[0-9A-Za-z.]+)?$`)
 
-// Containerd2Env is the environment a containerd that scripts/containerd2.sh built into bin (1.7
-// or 2.x) needs: containerd looks a runtime name up in PATH before beside its own binary, so
-// without it io.containerd.runc.v2 would be Debian's 1.6 shim.
-func Containerd2Env(bin string) []string {
-	return []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
-}
-
 // Containerd is a running private containerd.
 type Containerd struct {
 	Dir          string
 	Address      string // gRPC socket, for ctr
-	TTRPCAddress string
+	ttrpcAddress string
 	SocketDir    string // SHIMWALK_SOCKET_DIR of the shims it starts
 	RuncRoot     string // SHIMWALK_RUNC_ROOT of the shims it starts
 	Namespace    string
-	Binary       string
-	CtrBinary    string
 
 	cfg ContainerdConfig
 	// cgroupsBefore are the namespace's cgroups that existed at StartContainerd, for a
@@ -178,16 +215,14 @@ func StartContainerd(cfg ContainerdConfig) (*Containerd, error) {
 	c := &Containerd{
 		Dir:          cfg.Dir,
 		Address:      filepath.Join(cfg.Dir, "c.sock"),
-		TTRPCAddress: filepath.Join(cfg.Dir, "c.sock.ttrpc"),
+		ttrpcAddress: filepath.Join(cfg.Dir, "c.sock.ttrpc"),
 		SocketDir:    filepath.Join(cfg.Dir, "s"),
 		RuncRoot:     cfg.RuncRoot,
 		Namespace:    cfg.Namespace,
-		Binary:       cfg.Binary,
-		CtrBinary:    cfg.Ctr,
 		cfg:          cfg,
 	}
 	if cfg.SharedNamespace {
-		c.cgroupsBefore = CgroupDirs(cfg.Namespace)
+		c.cgroupsBefore = cgroupDirs(cfg.Namespace)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("containerd dir: %w", err)
@@ -230,7 +265,7 @@ disabled_plugins = [
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
 `, c.cfg.ConfigVersion, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), disabled.String(),
-		c.Address, c.TTRPCAddress, level, filepath.Join(c.Dir, "opt"))
+		c.Address, c.ttrpcAddress, level, filepath.Join(c.Dir, "opt"))
 	if c.cfg.ConfigVersion >= 3 {
 		// containerd 2.3 and later hand shims a socket directory of their own (socket_dir in
 		// BootstrapParams, default /run/containerd/s), which wins over SHIMWALK_SOCKET_DIR.
@@ -251,12 +286,12 @@ func (c *Containerd) Start() error {
 	}
 	defer logf.Close()
 	config := filepath.Join(c.Dir, "config.toml")
-	cmd := exec.Command(c.Binary, "--config", config)
+	cmd := exec.Command(c.cfg.Binary, "--config", config)
 	if c.cfg.CgroupV1Only {
 		// unshare and then sh exec, so containerd keeps the pid that is waited on.
 		script := `umount /sys/fs/cgroup/unified 2>/dev/null; exec "$@"`
 		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--",
-			"sh", "-c", script, "sh", c.Binary, "--config", config)
+			"sh", "-c", script, "sh", c.cfg.Binary, "--config", config)
 	}
 	cmd.Env = append(os.Environ(), "SHIMWALK_SOCKET_DIR="+c.SocketDir, "SHIMWALK_RUNC_ROOT="+c.RuncRoot)
 	cmd.Env = append(cmd.Env, c.cfg.Env...)
@@ -275,7 +310,7 @@ func (c *Containerd) Start() error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := exec.CommandContext(ctx, c.CtrBinary, "--address", c.Address, "version").Run()
+		err := c.CtrCommand(ctx, "version").Run()
 		cancel()
 		if err == nil {
 			return nil
@@ -293,8 +328,8 @@ func (c *Containerd) Start() error {
 	}
 }
 
-// Pid is containerd's process id (while it runs).
-func (c *Containerd) Pid() int { return c.cmd.Process.Pid }
+// pid is containerd's process id (while it runs).
+func (c *Containerd) pid() int { return c.cmd.Process.Pid }
 
 // Kill stops containerd with SIGKILL, as a crash would; the shims it started live on.
 func (c *Containerd) Kill() {
@@ -317,16 +352,18 @@ func (c *Containerd) Stop() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if c.cfg.SharedNamespace {
-		RemoveCgroupsExcept(c.cgroupsBefore, c.Namespace)
+		removeCgroupsExcept(c.cgroupsBefore, c.Namespace)
 		return
 	}
 	RemoveCgroups(c.Namespace)
 }
 
-// CtrCommand is this containerd's ctr, in its namespace, with args.
+// CtrCommand is this containerd's ctr, in its namespace, with args: the one way to build a ctr
+// command line against it. A command that lives as long as its caller lets it takes
+// context.Background().
 func (c *Containerd) CtrCommand(ctx context.Context, args ...string) *exec.Cmd {
 	full := append([]string{"--address", c.Address, "--namespace", c.Namespace}, args...)
-	return exec.CommandContext(ctx, c.CtrBinary, full...)
+	return exec.CommandContext(ctx, c.cfg.Ctr, full...)
 }
 
 // Bundle is where containerd keeps the bundle of task id.
@@ -348,7 +385,7 @@ func (c *Containerd) Shims(id string) []int {
 // Mounts lists the mount points at or below dir as containerd (and its shims) see them, which
 // for a CgroupV1Only one is another mount namespace than the caller's.
 func (c *Containerd) Mounts(dir string) ([]string, error) {
-	return MountsUnderIn(fmt.Sprintf("/proc/%d/mountinfo", c.Pid()), dir)
+	return MountsUnderIn(fmt.Sprintf("/proc/%d/mountinfo", c.pid()), dir)
 }
 
 // ShimsOf finds processes started with -address address that are not a start or delete helper.
@@ -361,10 +398,11 @@ func ShimsOf(address string) []int {
 
 // RemoveCgroups removes the (by now empty) cgroup directories at paths below each hierarchy's
 // root, deepest first. A cgroup that still holds a process stays.
-func RemoveCgroups(paths ...string) { RemoveCgroupsExcept(nil, paths...) }
+func RemoveCgroups(paths ...string) { removeCgroupsExcept(nil, paths...) }
 
-// cgroupRoots are the hierarchies' roots: each v1 controller's and the v2 (or hybrid) one.
-func cgroupRoots() []string {
+// CgroupRoots are the hierarchies' roots: each v1 controller's and the v2 (or hybrid) one (on a
+// v1 or hybrid host /sys/fs/cgroup itself is a tmpfs that holds them).
+func CgroupRoots() []string {
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
 	return append(roots, "/sys/fs/cgroup")
 }
@@ -372,7 +410,7 @@ func cgroupRoots() []string {
 // cgroupTree is the directories at and below path in every hierarchy, parents first.
 func cgroupTree(path string) []string {
 	var dirs []string
-	for _, root := range cgroupRoots() {
+	for _, root := range CgroupRoots() {
 		_ = filepath.WalkDir(filepath.Join(root, path), func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				dirs = append(dirs, p)
@@ -383,8 +421,8 @@ func cgroupTree(path string) []string {
 	return dirs
 }
 
-// CgroupDirs are the cgroup directories at and below paths in every hierarchy now.
-func CgroupDirs(paths ...string) map[string]bool {
+// cgroupDirs are the cgroup directories at and below paths in every hierarchy now.
+func cgroupDirs(paths ...string) map[string]bool {
 	set := map[string]bool{}
 	for _, p := range paths {
 		for _, d := range cgroupTree(p) {
@@ -394,8 +432,8 @@ func CgroupDirs(paths ...string) map[string]bool {
 	return set
 }
 
-// RemoveCgroupsExcept is RemoveCgroups for the directories not in keep (none for nil).
-func RemoveCgroupsExcept(keep map[string]bool, paths ...string) {
+// removeCgroupsExcept is RemoveCgroups for the directories not in keep (none for nil).
+func removeCgroupsExcept(keep map[string]bool, paths ...string) {
 	for _, p := range paths {
 		dirs := cgroupTree(p)
 		for i := len(dirs) - 1; i >= 0; i-- {

@@ -3,6 +3,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,9 +32,11 @@ func TestContainerdVersionsFromTheScript(t *testing.T) {
 	if err != nil || !slices.Equal(versions, []string{"v1.7.35", "v2.2.9", "v2.4.2"}) {
 		t.Errorf("ContainerdVersions = %q, %v", versions, err)
 	}
-	version, bin, err := Containerd2Dir(root)
-	if err != nil || version != "v2.4.2" || bin != "/cache/containerd-v2.4.2/bin" {
-		t.Errorf("Containerd2Dir = %q, %q, %v", version, bin, err)
+	if version, err := Containerd2Version(root); err != nil || version != "v2.4.2" {
+		t.Errorf("Containerd2Version = %q, %v", version, err)
+	}
+	if bin := containerdDir("v2.4.2"); bin != "/cache/containerd-v2.4.2/bin" {
+		t.Errorf("containerdDir = %q", bin)
 	}
 }
 
@@ -51,8 +54,70 @@ func TestContainerdVersionsRefuseWhatIsNoVersion(t *testing.T) {
 			t.Errorf("script %q: err %v, want one naming the script and saying %q", tc.script, err, tc.want)
 		}
 	}
-	if _, _, err := Containerd2Dir(repoWith(t, "CONTAINERD2_VERSION=(v2.2.9 v2.4.2)\n")); err == nil {
-		t.Errorf("Containerd2Dir took two versions")
+	if _, err := Containerd2Version(repoWith(t, "CONTAINERD2_VERSION=(v2.2.9 v2.4.2)\n")); err == nil {
+		t.Errorf("Containerd2Version took two versions")
+	}
+}
+
+// TestReleaseConfig: each generation gets its own config schema and plugin list, a built release
+// the PATH that makes containerd find its own runc shim first, and a release that is not there
+// is a *MissingError that says what installs it.
+func TestReleaseConfig(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("SHIMWALK_CACHE", cache)
+	for _, v := range []string{"v1.7.35", "v2.4.2"} {
+		var missing *MissingError
+		if _, err := ReleaseConfig(v); !errors.As(err, &missing) || !strings.Contains(err.Error(), "scripts/containerd2.sh "+v) {
+			t.Errorf("ReleaseConfig(%s) before it is built: %v, want a MissingError naming the script", v, err)
+		}
+		bin := filepath.Join(cache, "containerd-"+v, "bin")
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"containerd", "ctr"} {
+			if err := os.WriteFile(filepath.Join(bin, name), nil, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		version  string
+		schema   int
+		disabled []string
+	}{
+		{"v1.7.35", 2, disabled17},
+		{"v2.4.2", 3, disabled2},
+	} {
+		cfg, err := ReleaseConfig(tc.version)
+		bin := filepath.Join(cache, "containerd-"+tc.version, "bin")
+		if err != nil || cfg.Binary != filepath.Join(bin, "containerd") || cfg.Ctr != filepath.Join(bin, "ctr") {
+			t.Errorf("ReleaseConfig(%s) = %+v, %v; want the binaries in %s", tc.version, cfg, err, bin)
+			continue
+		}
+		if cfg.ConfigVersion != tc.schema || !slices.Equal(cfg.Disabled, tc.disabled) {
+			t.Errorf("ReleaseConfig(%s): config version %d, disabled %q; want %d, %q", tc.version, cfg.ConfigVersion, cfg.Disabled, tc.schema, tc.disabled)
+		}
+		if len(cfg.Env) != 1 || !strings.HasPrefix(cfg.Env[0], "PATH="+bin+string(os.PathListSeparator)) {
+			t.Errorf("ReleaseConfig(%s).Env = %q, want PATH starting with %s", tc.version, cfg.Env, bin)
+		}
+	}
+
+	// Debian's is found in PATH.
+	path := t.TempDir()
+	t.Setenv("PATH", path)
+	var missing *MissingError
+	if _, err := ReleaseConfig(""); !errors.As(err, &missing) || !strings.Contains(err.Error(), "scripts/deps.sh") {
+		t.Errorf("ReleaseConfig(\"\") without containerd in PATH: %v, want a MissingError naming scripts/deps.sh", err)
+	}
+	for _, name := range []string{"containerd", "ctr"} {
+		if err := os.WriteFile(filepath.Join(path, name), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := ReleaseConfig("")
+	if err != nil || cfg.Binary != filepath.Join(path, "containerd") || cfg.Ctr != filepath.Join(path, "ctr") ||
+		cfg.ConfigVersion != 2 || !slices.Equal(cfg.Disabled, disabled16) || cfg.Env != nil {
+		t.Errorf("ReleaseConfig(\"\") = %+v, %v; want 1.6's from %s", cfg, err, path)
 	}
 }
 

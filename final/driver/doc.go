@@ -4,4 +4,7 @@
 // state directory, runs the shim binary's start and delete actions with containerd's flags and
 // environment, reads every form of start reply, keeps bootstrap.json, and talks to the shim.
 // shimctl and the tests of every step use it, so each step is driven exactly as containerd would.
+// It also runs a private containerd of any release, and builds its ctr command lines
+// (containerd.go), for the end-to-end tests, the benchmark and the pod lab, and reads the process
+// table (proc.go) for whoever looks for what a run left behind.
 package driver

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -99,15 +100,15 @@ func (d *Driver) command(ctx context.Context, bundle string, args ...string) *ex
 // StartShim runs the shim's start action in the existing bundle of id with options (a
 // protobuf Any, may be nil) on stdin, and records the reply in bootstrap.json.
 func (d *Driver) StartShim(ctx context.Context, id string, options []byte) (Bootstrap, error) {
-	bundle := d.Bundle(id)
-	if _, err := os.Stat(bundle); err != nil {
+	dir := d.Bundle(id)
+	if _, err := os.Stat(dir); err != nil {
 		return Bootstrap{}, fmt.Errorf("bundle of %s: %w", id, err)
 	}
 	// The shim binary's path is kept for `delete` after a restart, as containerd does.
-	if err := writeFileAtomic(filepath.Join(bundle, "shim-binary-path"), []byte(d.Shim)); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, bundle.ShimBinaryFile), []byte(d.Shim)); err != nil {
 		return Bootstrap{}, err
 	}
-	cmd := d.command(ctx, bundle, "-id", id, "start")
+	cmd := d.command(ctx, dir, "-id", id, "start")
 	cmd.Stdin = bytes.NewReader(options)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -121,7 +122,7 @@ func (d *Driver) StartShim(ctx context.Context, id string, options []byte) (Boot
 	if err != nil {
 		return Bootstrap{}, fmt.Errorf("shim start: %w", err)
 	}
-	if err := WriteBootstrap(bundle, b); err != nil {
+	if err := bundle.WriteBootstrap(dir, b); err != nil {
 		return Bootstrap{}, err
 	}
 	return b, nil
@@ -130,15 +131,15 @@ func (d *Driver) StartShim(ctx context.Context, id string, options []byte) (Boot
 // DeleteShim runs the shim's delete action for id, which stops a live shim and cleans up after
 // a dead one, and returns what it reports about the task's exit.
 func (d *Driver) DeleteShim(ctx context.Context, id string) (*taskapi.DeleteResponse, error) {
-	bundle := d.Bundle(id)
+	dir := d.Bundle(id)
 	shim := d.Shim
 	// The binary that started the shim is the one that knows how to delete it.
-	if p, err := os.ReadFile(filepath.Join(bundle, "shim-binary-path")); err == nil && len(p) > 0 {
+	if p, err := os.ReadFile(filepath.Join(dir, bundle.ShimBinaryFile)); err == nil && len(p) > 0 {
 		shim = string(p)
 	}
 	dd := *d
 	dd.Shim = shim
-	cmd := dd.command(ctx, bundle, "-id", id, "-bundle", bundle, "delete")
+	cmd := dd.command(ctx, dir, "-id", id, "-bundle", dir, "delete")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	began := time.Now()

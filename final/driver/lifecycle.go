@@ -19,6 +19,7 @@ import (
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/ttrpc"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"google.golang.org/grpc/codes"
 )
 
@@ -44,7 +45,7 @@ func (d *Driver) DeleteTask(ctx context.Context, c *Conn, id string) (*taskapi.D
 func (d *Driver) RemoveShim(ctx context.Context, c *Conn, id string) error {
 	var errs []error
 	if c != nil {
-		shimPid, _ := ReadPidFile(filepath.Join(d.Bundle(id), "shim.pid"))
+		shimPid, _ := bundle.ReadPidFile(filepath.Join(d.Bundle(id), bundle.ShimPidFile))
 		// A shim may close the connection before its reply leaves (the steps' shims do, and
 		// containerd's runc shim may): that is a shutdown too, as containerd reads it.
 		_, err := c.Task.Shutdown(ctx, &taskapi.ShutdownRequest{ID: id})

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The process table as /proc shows it: who is whose parent, who still runs, and what a process
+// was started with, for whoever looks for what a run left behind. Not a mirror of any containerd
+// function: containerd tracks its shims by their sockets, not by /proc.
+
 package driver
 
 import (
@@ -71,31 +75,40 @@ func Alive(pid int) bool {
 	return len(threads) > 1
 }
 
-// ReadPidFile reads a file holding one pid, as runc and the shims write them.
-func ReadPidFile(path string) (int, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("%s holds no pid: %q", path, data)
-	}
-	return pid, nil
-}
-
 // ProcessesWhere lists the live processes (zombies and this process left out) whose command
 // line satisfies match: how a caller finds what a run left behind from the paths in its
 // arguments, whoever its parent now is.
 func ProcessesWhere(match func(args []string) bool) []int {
-	entries, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() || !Alive(pid) {
+	for _, pid := range listPids() {
+		if pid == os.Getpid() || !Alive(pid) {
 			continue
 		}
 		if args := Cmdline(pid); len(args) > 0 && match(args) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Processes is every process /proc shows, zombies included, by pid: a caller that follows
+// parents needs them all as of one moment.
+func Processes() map[int]Proc {
+	procs := map[int]Proc{}
+	for _, pid := range listPids() {
+		if p, err := ReadProc(pid); err == nil {
+			procs[pid] = p
+		}
+	}
+	return procs
+}
+
+// listPids lists the process ids in /proc.
+func listPids() []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
 			pids = append(pids, pid)
 		}
 	}

@@ -16,16 +16,12 @@ import (
 	bootstrapapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 )
 
-// Bootstrap is what a shim's start tells its caller, stored as bootstrap.json in the bundle
-// (the format of containerd v2.4 core/runtime/v2/bundle.go and pkg/shim BootstrapParams).
-type Bootstrap struct {
-	Version  int    `json:"version"`
-	Address  string `json:"address"`
-	Protocol string `json:"protocol"`
-}
+// Bootstrap is a shim's start reply, as bundle.Bootstrap stores it.
+type Bootstrap = bundle.Bootstrap
 
 // ParseStartReply reads a shim's start output in any of the three forms containerd accepts:
 // a BootstrapResult protobuf (containerd 2.3 and later), JSON (1.7 and later) or a bare
@@ -76,26 +72,12 @@ func checkAddress(a string) error {
 	return nil
 }
 
-// SocketPath is the file system path behind a unix:// address.
-func (b Bootstrap) SocketPath() string {
-	return strings.TrimPrefix(b.Address, "unix://")
-}
-
-// WriteBootstrap stores b as bundle/bootstrap.json, atomically.
-func WriteBootstrap(bundle string, b Bootstrap) error {
-	data, err := json.Marshal(b)
-	if err != nil {
-		return fmt.Errorf("encode bootstrap.json: %w", err)
-	}
-	return writeFileAtomic(filepath.Join(bundle, "bootstrap.json"), data)
-}
-
-// ReadBootstrap loads bundle/bootstrap.json, or, for shims started by an older caller, the bare
+// ReadBootstrap loads dir/bootstrap.json, or, for shims started by an older caller, the bare
 // address file that containerd 1.6 shims write.
-func ReadBootstrap(bundle string) (Bootstrap, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json"))
+func ReadBootstrap(dir string) (Bootstrap, error) {
+	data, err := os.ReadFile(filepath.Join(dir, bundle.BootstrapFile))
 	if errors.Is(err, os.ErrNotExist) {
-		data, err = os.ReadFile(filepath.Join(bundle, "address"))
+		data, err = os.ReadFile(filepath.Join(dir, bundle.AddressFile))
 	}
 	if err != nil {
 		return Bootstrap{}, fmt.Errorf("read shim address: %w", err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // SpecOptions describe the container a bundle holds.
@@ -36,7 +37,7 @@ func DefaultSpec(namespace, id string, o SpecOptions) *specs.Spec {
 	}
 	root := o.Rootfs
 	if root == "" {
-		root = "rootfs"
+		root = bundle.RootfsDir
 	}
 	cwd := o.Cwd
 	if cwd == "" {
@@ -86,13 +87,13 @@ func DefaultSpec(namespace, id string, o SpecOptions) *specs.Spec {
 	}
 }
 
-// WriteSpec writes spec as bundle/config.json.
-func WriteSpec(bundle string, spec *specs.Spec) error {
+// WriteSpec writes spec as dir/config.json.
+func WriteSpec(dir string, spec *specs.Spec) error {
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode config.json: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(bundle, "config.json"), data)
+	return writeFileAtomic(filepath.Join(dir, bundle.ConfigFile), data)
 }
 
 // NewBundle creates the bundle of id with the config.json of DefaultSpec(o), and for a bundle
@@ -101,20 +102,20 @@ func (d *Driver) NewBundle(id string, o SpecOptions) (string, error) {
 	if len(o.Args) == 0 {
 		return "", fmt.Errorf("a container needs a command")
 	}
-	bundle, err := d.CreateBundle(id)
+	dir, err := d.CreateBundle(id)
 	if err != nil {
 		return "", err
 	}
 	if o.Rootfs == "" {
-		if err := os.Mkdir(filepath.Join(bundle, "rootfs"), 0o711); err != nil {
+		if err := os.Mkdir(filepath.Join(dir, bundle.RootfsDir), 0o711); err != nil {
 			return "", fmt.Errorf("create rootfs directory: %w", err)
 		}
 	}
 	if o.CgroupsPath == "" {
 		o.CgroupsPath = path.Join(d.CgroupParent, d.Namespace, id)
 	}
-	if err := WriteSpec(bundle, DefaultSpec(d.Namespace, id, o)); err != nil {
+	if err := WriteSpec(dir, DefaultSpec(d.Namespace, id, o)); err != nil {
 		return "", err
 	}
-	return bundle, nil
+	return dir, nil
 }

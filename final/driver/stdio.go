@@ -123,14 +123,6 @@ func (a *Attached) Wait() {
 	a.wg.Wait()
 }
 
-// CloseStdin signals EOF on the task's stdin.
-func (a *Attached) CloseStdin() error {
-	if a.stdin == nil {
-		return nil
-	}
-	return a.stdin.Close()
-}
-
 // Close closes every FIFO end the driver holds, which ends the copies.
 func (a *Attached) Close() error {
 	var errs []error

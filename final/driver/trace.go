@@ -179,8 +179,8 @@ func printable(out []byte) string {
 	return q[1 : len(q)-1]
 }
 
-// Wrap returns task, recording each call through it in t. A nil t returns task itself.
-func (t *Trace) Wrap(task taskapi.TTRPCTaskService) taskapi.TTRPCTaskService {
+// wrap returns task, recording each call through it in t. A nil t returns task itself.
+func (t *Trace) wrap(task taskapi.TTRPCTaskService) taskapi.TTRPCTaskService {
 	if t == nil {
 		return task
 	}

@@ -16,6 +16,7 @@ import (
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -38,7 +39,7 @@ func (fakeTask) Stats(context.Context, *taskapi.StatsRequest) (*taskapi.StatsRes
 func TestTraceRecordsThroughWrap(t *testing.T) {
 	var seen []string
 	tr := NewTrace(func(r Record) { seen = append(seen, r.Kind+" "+r.Name) })
-	task := tr.Wrap(fakeTask{})
+	task := tr.wrap(fakeTask{})
 	ctx := context.Background()
 	if _, err := task.Create(ctx, &taskapi.CreateTaskRequest{ID: "c1"}); err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestTraceRecordsThroughWrap(t *testing.T) {
 func TestNilTraceRecordsNothing(t *testing.T) {
 	var tr *Trace
 	task := fakeTask{}
-	if got := tr.Wrap(task); got != taskapi.TTRPCTaskService(task) {
+	if got := tr.wrap(task); got != taskapi.TTRPCTaskService(task) {
 		t.Errorf("a nil trace wraps: %T", got)
 	}
 	tr.Exec("start", nil, 0, nil, nil)
@@ -170,7 +171,7 @@ func TestTraceFileAddsUpInvocations(t *testing.T) {
 		var notified int
 		tr := w.Trace(func(Record) { notified++ })
 		tr.Add(Record{Kind: KindCommand, Name: "shimctl task state", Args: []string{id}})
-		task := tr.Wrap(fakeTask{})
+		task := tr.wrap(fakeTask{})
 		if _, err := task.Create(context.Background(), &taskapi.CreateTaskRequest{ID: id}); err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +275,7 @@ func TestConnectRecordsTheBootstrapRead(t *testing.T) {
 	if _, err := d.CreateBundle("demo"); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteBootstrap(d.Bundle("demo"), Bootstrap{Version: 2, Address: "unix://" + filepath.Join(d.State, "none.sock"), Protocol: "ttrpc"}); err != nil {
+	if err := bundle.WriteBootstrap(d.Bundle("demo"), Bootstrap{Version: 2, Address: "unix://" + filepath.Join(d.State, "none.sock"), Protocol: "ttrpc"}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := d.Connect(context.Background(), "demo"); err == nil {

@@ -7,9 +7,9 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
@@ -68,9 +69,28 @@ func (e *env) runArgs(flags ...string) []string {
 	return append(args, "--rootfs", e.rootfs)
 }
 
+// runDetached is how most tests open: `ctr run -d` of id with flags, running args, and the task
+// RUNNING.
+func (e *env) runDetached(id string, flags []string, args ...string) {
+	e.t.Helper()
+	run := append(e.runArgs(append([]string{"-d"}, flags...)...), id)
+	if r := e.ctr(append(run, args...)...); r.Code != 0 {
+		e.t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
+	}
+	e.waitStatus(id, "RUNNING")
+}
+
 func (e *env) ctr(args ...string) testkit.Result {
 	e.t.Helper()
 	return e.c.Ctr(e.t, args...)
+}
+
+// container is the id of a container of this suite named name, removed whatever its state when
+// the test ends.
+func (e *env) container(name string) string {
+	id := e.id(name)
+	e.cleanup(id)
+	return id
 }
 
 // cleanup removes a container whatever state it is in.
@@ -98,6 +118,36 @@ func (e *env) waitStatus(id, status string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// execOutput runs an exec in id that prints and exits 4, and checks that ctr passes on both.
+func (e *env) execOutput(id string) {
+	e.t.Helper()
+	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
+	if r.Code != 4 || r.Stdout != "in-exec\n" {
+		e.t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
+	}
+}
+
+// killDelete ends a running id as an operator does: ctr task kill -s KILL, then deleteKilled.
+func (e *env) killDelete(id string) {
+	e.t.Helper()
+	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
+		e.t.Fatalf("ctr task kill %s: %s", id, r.Stderr)
+	}
+	e.deleteKilled(id)
+}
+
+// deleteKilled waits for id, killed by SIGKILL, to stop, deletes its task, which must report exit
+// status 137, then its container, and waits until no shim serves id.
+func (e *env) deleteKilled(id string) {
+	e.t.Helper()
+	e.waitStatus(id, "STOPPED")
+	if r := e.ctr("task", "delete", id); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
+		e.t.Errorf("ctr task delete %s: exit %d, %q; want exit status 137", id, r.Code, r.Stdout+r.Stderr)
+	}
+	e.ctr("container", "delete", id)
+	e.noShimLeft(id)
 }
 
 // noShimLeft waits until no shim serves id any more.
@@ -157,8 +207,7 @@ func (e *env) sub(t *testing.T) *env {
 
 func (e *env) testRunRm(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("rm")
-	e.cleanup(id)
+	id := e.container("rm")
 	r := e.ctr(append(e.runArgs("--rm"), id, "/bin/sh", "-c", "echo out; echo err >&2; exit 3")...)
 	if r.Code != 3 || r.Stdout != "out\n" || !strings.Contains(r.Stderr, "err\n") {
 		t.Errorf("ctr run --rm: exit %d, stdout %q, stderr %q; want 3, out, err", r.Code, r.Stdout, r.Stderr)
@@ -168,19 +217,13 @@ func (e *env) testRunRm(t *testing.T) {
 
 func (e *env) testExecAndPs(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("exec")
-	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	id := e.container("exec")
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	// The runtime options reached runc's replacement: the container is in its state, not runc's.
 	if known := testkit.RuncContainersAt(t, e.c.RuncRoot, e.c.Namespace, e.runc); !slices.Contains(known, id) {
 		t.Errorf("%s does not know %s: %v", binaryName(e.runc), id, known)
 	}
-	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
-	if r.Code != 4 || r.Stdout != "in-exec\n" {
-		t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
-	}
+	e.execOutput(id)
 	// A detached exec shows up in ps with its exec id. ctr leaves a detached exec's FIFOs for
 	// good (no ctr stays to remove them), so they go to a directory NothingLeft does not check.
 	detached := testkit.TempDir(t)
@@ -202,25 +245,14 @@ func (e *env) testExecAndPs(t *testing.T) {
 	if r := e.ctr("task", "exec", "--fifo-dir", detached, "-d", "--exec-id", "bg", id, "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "already exists") {
 		t.Errorf("a second exec with the id bg: exit %d, %q; want already exists", r.Code, r.Stderr)
 	}
-	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
-		t.Fatal(r.Stderr)
-	}
-	e.waitStatus(id, "STOPPED")
-	if r := e.ctr("task", "delete", id); r.Code != 0 {
-		t.Fatalf("ctr task delete: %s", r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.killDelete(id)
 }
 
 func (e *env) testPauseResume(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("pause")
-	e.cleanup(id)
+	id := e.container("pause")
 	seen := e.watchEvents(t)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	if r := e.ctr("task", "pause", id); r.Code != 0 {
 		t.Fatalf("ctr task pause: %s", r.Stderr)
 	}
@@ -229,20 +261,14 @@ func (e *env) testPauseResume(t *testing.T) {
 		t.Fatalf("ctr task resume: %s", r.Stderr)
 	}
 	e.waitStatus(id, "RUNNING")
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed paused, then resumed", func() bool {
-		return topicsOf(seen, id, "/tasks/paused", "/tasks/resumed") == "/tasks/paused /tasks/resumed"
-	})
+	e.waitTopics(seen, id, "/tasks/paused", "/tasks/resumed")
 }
 
 // testMetrics reads a running container's cgroup metrics with ctr task metrics.
 func (e *env) testMetrics(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("metrics")
-	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sh", "-c", "sleep 100 & sleep 100 & wait")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	id := e.container("metrics")
+	e.runDetached(id, nil, "/bin/sh", "-c", "sleep 100 & sleep 100 & wait")
 	var r testkit.Result
 	value := func(metric string) int {
 		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(metric) + `\s+(\d+)`).FindStringSubmatch(r.Stdout)
@@ -269,7 +295,7 @@ func (e *env) testMetrics(t *testing.T) {
 
 // watchEvents runs ctr events until the test ends and returns what it prints.
 func (e *env) watchEvents(t *testing.T) *testkit.Buffer {
-	watch := exec.Command(e.c.CtrBinary, "--address", e.c.Address, "--namespace", e.c.Namespace, "events")
+	watch := e.c.CtrCommand(context.Background(), "events")
 	seen := &testkit.Buffer{}
 	watch.Stdout = seen
 	if err := watch.Start(); err != nil {
@@ -283,6 +309,16 @@ func (e *env) watchEvents(t *testing.T) *testkit.Buffer {
 		}
 	})
 	return seen
+}
+
+// waitTopics waits until ctr events showed, of the topics in want, exactly want for container id,
+// in that order (a topic may come more than once).
+func (e *env) waitTopics(seen *testkit.Buffer, id string, want ...string) {
+	e.t.Helper()
+	topics := slices.Compact(slices.Sorted(slices.Values(want)))
+	testkit.Eventually(e.t, 10*time.Second, "ctr events never showed "+strings.Join(want, " then ")+" for "+id, func() bool {
+		return topicsOf(seen, id, topics...) == strings.Join(want, " ")
+	})
 }
 
 // topicsOf lists, in order, the topics among wanted that ctr events showed for container id.
@@ -305,8 +341,7 @@ func topicsOf(seen *testkit.Buffer, id string, wanted ...string) string {
 // /tasks/exit with 137, in that order, and ctr run exits 137.
 func (e *env) testOOM(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("oom")
-	e.cleanup(id)
+	id := e.container("oom")
 	seen := e.watchEvents(t)
 	// tail keeps the last lines of its input, and /dev/zero has no line end: it grows until
 	// the OOM killer ends it.
@@ -314,32 +349,17 @@ func (e *env) testOOM(t *testing.T) {
 	if r.Code != 137 {
 		t.Errorf("ctr run past the memory limit exited %d, want 137: %s", r.Code, r.Stderr)
 	}
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed the oom and the exit", func() bool {
-		return topicsOf(seen, id, "/tasks/oom", "/tasks/exit") == "/tasks/oom /tasks/exit"
-	})
+	e.waitTopics(seen, id, "/tasks/oom", "/tasks/exit")
 }
 
 func (e *env) testKillDelete(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("kill")
-	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	id := e.container("kill")
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	if r := e.ctr("task", "delete", id); r.Code == 0 {
 		t.Errorf("ctr task delete of a running task succeeded")
 	}
-	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
-		t.Fatalf("ctr task kill: %s", r.Stderr)
-	}
-	e.waitStatus(id, "STOPPED")
-	r := e.ctr("task", "delete", id)
-	if r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete: exit %d, %q; want exit status 137", r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.killDelete(id)
 }
 
 func (e *env) testLogURI(t *testing.T) {
@@ -352,8 +372,7 @@ func (e *env) testLogURI(t *testing.T) {
 	script := "#!/bin/sh\nexec 5>&-\ncat <&3 >\"$2.out\" & cat <&4 >\"$2.err\" &\nwait\n"
 	testkit.WriteExecutable(t, logger, []byte(script))
 	base := filepath.Join(dir, "binary")
-	id := e.id("logbin")
-	e.cleanup(id)
+	id := e.container("logbin")
 	r := e.ctr(append(e.runArgs("--rm", "--log-uri", "binary://"+logger+"?to="+base), id, "/bin/sh", "-c", "echo to-binary; echo err-binary >&2")...)
 	if r.Code != 0 {
 		t.Fatalf("ctr run --log-uri binary://: exit %d: %s", r.Code, r.Stderr)
@@ -365,8 +384,7 @@ func (e *env) testLogURI(t *testing.T) {
 	})
 
 	logFile := filepath.Join(dir, "file.log")
-	id = e.id("logfile")
-	e.cleanup(id)
+	id = e.container("logfile")
 	r = e.ctr(append(e.runArgs("--rm", "--log-uri", "file://"+logFile), id, "/bin/sh", "-c", "echo to-file")...)
 	if r.Code != 0 {
 		t.Fatalf("ctr run --log-uri file://: exit %d: %s", r.Code, r.Stderr)
@@ -390,18 +408,14 @@ func (e *env) testGroupBy(t *testing.T, label string) {
 	e.cleanup(a, b)
 	group := label + "=" + e.id("pod")
 	for _, id := range []string{a, b} {
-		if r := e.ctr(append(e.runArgs("-d", "--annotation", group), id, "/bin/sleep", "100")...); r.Code != 0 {
-			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
-		}
+		e.runDetached(id, []string{"--annotation", group}, "/bin/sleep", "100")
 	}
-	e.waitStatus(a, "RUNNING")
-	e.waitStatus(b, "RUNNING")
 	shims := e.c.Shims(a)
 	if len(shims) != 1 || len(e.c.Shims(b)) != 0 {
 		t.Fatalf("shims for %s: %v, for %s: %v; want one shim, started for the first", a, shims, b, e.c.Shims(b))
 	}
 	for _, id := range []string{a, b} {
-		pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
+		pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 		if p, err := testkit.ProcStat(pid); err != nil || p.PPid != shims[0] {
 			t.Errorf("%s (pid %d) is not a child of the group's shim %d", id, pid, shims[0])
 		}
@@ -424,8 +438,7 @@ func (e *env) testGroupBy(t *testing.T, label string) {
 // testShimCgroup names a cgroup in the runtime options: the long-lived shim runs in it.
 func (e *env) testShimCgroup(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("shimcg")
-	e.cleanup(id)
+	id := e.container("shimcg")
 	// Below the test process's cgroup parent, which testkit.Main removes at the end.
 	cgroup := "/shimwalk-test/" + filepath.Base(testkit.WorkDir(t)) + "/" + id
 	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
@@ -459,10 +472,10 @@ func (e *env) testShimCgroup(t *testing.T) {
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"run", "-d", "--runtime", e.shim, "--fifo-dir", e.fifoDir(), "--runtime-config-path", config, "--rootfs", e.rootfs, id, "/bin/sleep", "100"}
-	if r := e.ctr(args...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	// runArgs passes the suite's runtime config; this container's adds the cgroup to it.
+	withCgroup := *e
+	withCgroup.config = config
+	withCgroup.runDetached(id, nil, "/bin/sleep", "100")
 	shims := e.c.Shims(id)
 	if len(shims) != 1 {
 		t.Fatalf("shims of %s: %v", id, shims)
@@ -474,11 +487,7 @@ func (e *env) testShimCgroup(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\d+:memory:` + regexp.QuoteMeta(cgroup) + `$`).Match(data) {
 		t.Errorf("the shim is not in %s:\n%s", cgroup, data)
 	}
-	e.ctr("task", "kill", "-s", "KILL", id)
-	e.waitStatus(id, "STOPPED")
-	e.ctr("task", "delete", id)
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.killDelete(id)
 }
 
 // testRestart kills containerd under a running container and under one that exits while
@@ -489,16 +498,14 @@ func (e *env) testRestart(t *testing.T) {
 	running, exiting := e.id("stays"), e.id("exits")
 	e.cleanup(running, exiting)
 	for _, id := range []string{running, exiting} {
-		if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-			t.Fatalf("ctr run -d %s: %s", id, r.Stderr)
-		}
+		e.runDetached(id, nil, "/bin/sleep", "100")
 	}
 	shims := map[string][]int{running: e.c.Shims(running), exiting: e.c.Shims(exiting)}
 	e.c.Kill(t)
-	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(exiting), "init.pid"))
+	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(exiting), bundle.InitPidFile))
 	syscall.Kill(pid, syscall.SIGKILL)
 	testkit.Eventually(t, 10*time.Second, "exit.json never written", func() bool {
-		_, err := os.Stat(filepath.Join(e.c.Bundle(exiting), "exit.json"))
+		_, err := os.Stat(filepath.Join(e.c.Bundle(exiting), bundle.ExitFile))
 		return err == nil
 	})
 	e.c.Restart(t)
@@ -508,19 +515,8 @@ func (e *env) testRestart(t *testing.T) {
 		}
 	}
 	e.waitStatus(running, "RUNNING")
-	e.waitStatus(exiting, "STOPPED")
-	if r := e.ctr("task", "delete", exiting); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete %s: exit %d, %q", exiting, r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("task", "kill", "-s", "KILL", running)
-	e.waitStatus(running, "STOPPED")
-	if r := e.ctr("task", "delete", running); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete %s: exit %d, %q", running, r.Code, r.Stdout+r.Stderr)
-	}
-	for _, id := range []string{running, exiting} {
-		e.ctr("container", "delete", id)
-		e.noShimLeft(id)
-	}
+	e.deleteKilled(exiting)
+	e.killDelete(running)
 }
 
 // testNothingLeft checks, after the suite, that no container of it left a trace.

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // faults kills containerd, or the shim, at one point of a container's life cycle, and checks
@@ -74,8 +76,7 @@ type background struct {
 // ctrBackground starts ctr with args; it is killed, if still running, when the test ends.
 func (e *env) ctrBackground(args ...string) *background {
 	e.t.Helper()
-	full := append([]string{"--address", e.c.Address, "--namespace", e.c.Namespace}, args...)
-	b := &background{cmd: exec.Command(e.c.CtrBinary, full...), done: make(chan struct{})}
+	b := &background{cmd: e.c.CtrCommand(context.Background(), args...), done: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
 	if err := b.cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -122,7 +123,7 @@ func (e *env) initPid(id string) int {
 	e.t.Helper()
 	var pid int
 	testkit.Eventually(e.t, 10*time.Second, "no init.pid for "+id, func() bool {
-		p, err := os.ReadFile(filepath.Join(e.c.Bundle(id), "init.pid"))
+		p, err := os.ReadFile(filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 		if err != nil {
 			return false
 		}
@@ -225,13 +226,10 @@ func (f *faults) run(t *testing.T, strike string) {
 // container RUNNING under the same shim and init. Shim killed: containerd learns of the
 // death, runs the shim's delete action (which kills the container) and publishes exit 137.
 func (f *faults) afterStart(strike string) {
-	id := f.id("run")
-	f.cleanup(id)
+	id := f.container("run")
 	f.logOnFailure(id)
 	seen := f.watchEvents(f.t)
-	if r := f.ctr(append(f.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		f.t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	f.runDetached(id, nil, "/bin/sleep", "100")
 	shim, pid := f.shimOf(id), f.initPid(id)
 	// The check for leftovers sees a live container for what it is: it can fail.
 	live := strings.Join(f.c.Leftovers(f.t, id, true, pid), " ")
@@ -261,8 +259,7 @@ func (f *faults) afterStart(strike string) {
 // After the restart containerd cleans up after the dead shim. Shim killed: ctr run fails, and
 // containerd cleans up through the delete action. Either way: no task, nothing left.
 func (f *faults) duringCreate(strike string) {
-	id := f.id("create")
-	f.cleanup(id)
+	id := f.container("create")
 	f.logOnFailure(id)
 	f.runc.Set(f.t, "create", testkit.Block)
 	defer f.runc.Clear(f.t, "create")
@@ -306,8 +303,7 @@ func (f *faults) duringCreate(strike string) {
 // Shim killed: containerd deletes the created container through the delete action
 // and publishes exit 137.
 func (f *faults) betweenCreateAndStart(strike string) {
-	id := f.id("start")
-	f.cleanup(id)
+	id := f.container("start")
 	f.logOnFailure(id)
 	seen := f.watchEvents(f.t)
 	f.runc.Set(f.t, "start", testkit.Block)
@@ -341,8 +337,7 @@ func (f *faults) betweenCreateAndStart(strike string) {
 // through the delete action and publishes exit 137; the waiting ctr run fails, under both
 // generations, with the closed connection its Wait was on.
 func (f *faults) duringWait(strike string) {
-	id := f.id("wait")
-	f.cleanup(id)
+	id := f.container("wait")
 	f.logOnFailure(id)
 	seen := f.watchEvents(f.t)
 	run := f.ctrBackground(append(f.runArgs(), id, "/bin/sleep", "100")...)
@@ -374,13 +369,10 @@ func (f *faults) duringWait(strike string) {
 // alone, and deleting it ends as it would have. Shim killed: the
 // exec fails, containerd cleans up the task through the delete action and publishes exit 137.
 func (f *faults) duringExec(strike string) {
-	id := f.id("exec")
-	f.cleanup(id)
+	id := f.container("exec")
 	f.logOnFailure(id)
 	seen := f.watchEvents(f.t)
-	if r := f.ctr(append(f.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		f.t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	f.runDetached(id, nil, "/bin/sleep", "100")
 	shim, pid := f.shimOf(id), f.initPid(id)
 	f.runc.Set(f.t, "exec", testkit.Block)
 	defer f.runc.Clear(f.t, "exec")
@@ -418,12 +410,9 @@ func (f *faults) duringExec(strike string) {
 // task is STOPPED, and deleting it again reports exit 137. Shim killed: ctr task delete fails
 // with the closed connection, and containerd cleans up through the delete action: no task.
 func (f *faults) duringDelete(strike string) {
-	id := f.id("delete")
-	f.cleanup(id)
+	id := f.container("delete")
 	f.logOnFailure(id)
-	if r := f.ctr(append(f.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		f.t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	f.runDetached(id, nil, "/bin/sleep", "100")
 	shim, pid := f.shimOf(id), f.initPid(id)
 	f.ctr("task", "kill", "-s", "KILL", id)
 	f.waitStatus(id, "STOPPED")

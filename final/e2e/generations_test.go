@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // release is one containerd of the matrix.
@@ -174,25 +175,10 @@ func cell(t *testing.T) string {
 // delete reports.
 func (e *env) testExecKill(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("exec")
-	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
-	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "e1", id, "/bin/sh", "-c", "echo in-exec; exit 4")
-	if r.Code != 4 || r.Stdout != "in-exec\n" {
-		t.Errorf("ctr task exec: exit %d, stdout %q; want 4, in-exec", r.Code, r.Stdout)
-	}
-	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
-		t.Fatalf("ctr task kill: %s", r.Stderr)
-	}
-	e.waitStatus(id, "STOPPED")
-	if r := e.ctr("task", "delete", id); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete: exit %d, %q; want exit status 137", r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	id := e.container("exec")
+	e.runDetached(id, nil, "/bin/sleep", "100")
+	e.execOutput(id)
+	e.killDelete(id)
 }
 
 // testRestartExit kills containerd under a running container: after the restart containerd
@@ -200,12 +186,8 @@ func (e *env) testExecKill(t *testing.T) {
 // killed behind containerd's back) through the reconnected shim's event.
 func (e *env) testRestartExit(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("restart")
-	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
+	id := e.container("restart")
+	e.runDetached(id, nil, "/bin/sleep", "100")
 	before := e.c.Shims(id)
 	e.c.Kill(t)
 	e.c.Restart(t)
@@ -213,16 +195,11 @@ func (e *env) testRestartExit(t *testing.T) {
 		t.Errorf("shims before the restart %v, after %v; want the same one", before, after)
 	}
 	e.waitStatus(id, "RUNNING")
-	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
+	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the container's process %d: %v", pid, err)
 	}
-	e.waitStatus(id, "STOPPED")
-	if r := e.ctr("task", "delete", id); r.Code != 0 || !exitStatus("137").MatchString(r.Stdout+r.Stderr) {
-		t.Errorf("ctr task delete: exit %d, %q; want exit status 137", r.Code, r.Stdout+r.Stderr)
-	}
-	e.ctr("container", "delete", id)
-	e.noShimLeft(id)
+	e.deleteKilled(id)
 }
 
 // crunRefusal is what Debian 12's crun 1.8.1 measurably answers to the spec of the containerd
@@ -247,8 +224,7 @@ func testGenerationCrun(t *testing.T, r release, res *row) {
 	testkit.RequireCommand(t, "crun")
 	c := testkit.StartContainerdRelease(t, r.version, true)
 	e := newEnv(t, c, "crun", "gen"+strconv.Itoa(r.minor)+"crun")
-	id := e.id("rm")
-	e.cleanup(id)
+	id := e.container("rm")
 	got := e.ctr(append(e.runArgs("--rm"), id, "/bin/sh", "-c", "echo out; exit 3")...)
 	e.noShimLeft(id)
 	refusal, refused := crunRefusal[r.minor]
@@ -264,8 +240,7 @@ func testGenerationCrun(t *testing.T, r release, res *row) {
 	}
 	e.ctr("container", "delete", id)
 	spec, written := crunSpec(t, e, "/bin/sh", "-c", "echo out; exit 3")
-	id = e.id("spec")
-	e.cleanup(id)
+	id = e.container("spec")
 	args := []string{"run", "--rm", "--runtime", e.shim, "--fifo-dir", e.fifoDir(), "--runtime-config-path", e.config, "--config", spec, id}
 	if got := e.ctr(args...); got.Code != 3 || got.Stdout != "out\n" {
 		t.Errorf("ctr run --rm with crun and a spec at %s: exit %d, stdout %q, stderr %q; want 3, out", crunSpecVersion, got.Code, got.Stdout, got.Stderr)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // testPodPidNamespace is a Kubernetes pod with shareProcessNamespace, as ctr can make one: a
@@ -26,15 +27,11 @@ func (e *env) testPodPidNamespace(t *testing.T) {
 	e = e.sub(t)
 	pause, app := e.id("pod-pause"), e.id("pod-app")
 	e.cleanup(app, pause)
-	if r := e.ctr(append(e.runArgs("-d"), pause, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	e.runDetached(pause, nil, "/bin/sleep", "100")
 	ns := fmt.Sprintf("pid:/proc/%d/ns/pid", e.initPid(pause))
-	if r := e.ctr(append(e.runArgs("-d", "--with-ns", ns), app, "/bin/sh", "-c", "sleep 300 & exec sleep 301")...); r.Code != 0 {
-		t.Fatalf("ctr run -d --with-ns: %s", r.Stderr)
-	}
+	e.runDetached(app, []string{"--with-ns", ns}, "/bin/sh", "-c", "sleep 300 & exec sleep 301")
 	initPid := e.initPid(app)
-	if spec, err := os.ReadFile(filepath.Join(e.c.Bundle(app), "config.json")); err != nil || !strings.Contains(string(spec), `"path":"`+ns[len("pid:"):]+`"`) {
+	if spec, err := os.ReadFile(filepath.Join(e.c.Bundle(app), bundle.ConfigFile)); err != nil || !strings.Contains(string(spec), `"path":"`+ns[len("pid:"):]+`"`) {
 		t.Fatalf("the container did not join the pause container's PID namespace: %v\n%s", err, spec)
 	}
 	var child int

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // testOOMExec runs an exec past the container's 32 MiB limit: the OOM killer ends the exec,
@@ -28,29 +29,22 @@ import (
 // container keeps running.
 func (e *env) testOOMExec(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("oomexec")
-	e.cleanup(id)
+	id := e.container("oomexec")
 	seen := e.watchEvents(t)
-	if r := e.ctr(append(e.runArgs("-d", "--memory-limit", "33554432"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
+	e.runDetached(id, []string{"--memory-limit", "33554432"}, "/bin/sleep", "100")
 	// tail keeps the last lines of its input, and /dev/zero has no line end.
 	r := e.ctr("task", "exec", "--fifo-dir", e.fifoDir(), "--exec-id", "hog", id, "/bin/tail", "/dev/zero")
 	if r.Code != 137 {
 		t.Errorf("ctr task exec past the memory limit exited %d, want 137: %s", r.Code, r.Stderr)
 	}
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed the oom and the exec's exit", func() bool {
-		return topicsOf(seen, id, "/tasks/oom", "/tasks/exit") == "/tasks/oom /tasks/exit"
-	})
+	e.waitTopics(seen, id, "/tasks/oom", "/tasks/exit")
 	e.waitStatus(id, "RUNNING")
 	if r := e.ctr("task", "kill", "-s", "KILL", id); r.Code != 0 {
 		t.Fatalf("ctr task kill: %s", r.Stderr)
 	}
 	e.waitStatus(id, "STOPPED")
 	// The kill of the init is no OOM kill, and the earlier one is not reported again.
-	testkit.Eventually(t, 10*time.Second, "ctr events never showed the init's exit", func() bool {
-		return topicsOf(seen, id, "/tasks/oom", "/tasks/exit") == "/tasks/oom /tasks/exit /tasks/exit"
-	})
+	e.waitTopics(seen, id, "/tasks/oom", "/tasks/exit", "/tasks/exit")
 }
 
 // updateTask calls containerd's Tasks.Update over gRPC, which ctr of neither generation offers.
@@ -110,13 +104,9 @@ func memoryLimit(t *testing.T, pid int) int64 {
 // nothing.
 func (e *env) testUpdate(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("update")
-	e.cleanup(id)
-	if r := e.ctr(append(e.runArgs("-d", "--memory-limit", "67108864"), id, "/bin/sleep", "100")...); r.Code != 0 {
-		t.Fatalf("ctr run -d: %s", r.Stderr)
-	}
-	e.waitStatus(id, "RUNNING")
-	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), "init.pid"))
+	id := e.container("update")
+	e.runDetached(id, []string{"--memory-limit", "67108864"}, "/bin/sleep", "100")
+	pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
 	if got := memoryLimit(t, pid); got != 64<<20 {
 		t.Fatalf("memory.limit_in_bytes = %d before the update, want %d", got, 64<<20)
 	}

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -72,8 +73,7 @@ type soak struct {
 
 // ctrQuiet runs ctr from any goroutine: it reports instead of failing the test.
 func (s *soak) ctrQuiet(args ...string) (stdout, stderr string, code int, err error) {
-	full := append([]string{"--address", s.c.Address, "--namespace", s.c.Namespace}, args...)
-	cmd := exec.Command(s.c.CtrBinary, full...)
+	cmd := s.c.CtrCommand(context.Background(), args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.WaitDelay = 5 * time.Second

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strings"
@@ -20,8 +21,7 @@ import (
 // ResizePty to the shim.
 func (e *env) testTerminal(t *testing.T) {
 	e = e.sub(t)
-	id := e.id("tty")
-	e.cleanup(id)
+	id := e.container("tty")
 	master, slavePath, err := console.NewPty()
 	if err != nil {
 		t.Fatal(err)
@@ -34,8 +34,7 @@ func (e *env) testTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--address", e.c.Address, "--namespace", e.c.Namespace}, e.runArgs("--rm", "-t")...)
-	cmd := exec.Command(e.c.CtrBinary, append(args, id, "/bin/sh")...)
+	cmd := e.c.CtrCommand(context.Background(), append(e.runArgs("--rm", "-t"), id, "/bin/sh")...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {

@@ -7,15 +7,15 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shimwalk/shimwalk/final/driver"
 )
 
 // becomeSubreaper makes orphans below the tool its children, so that a run's daemonized shims
@@ -27,56 +27,12 @@ func becomeSubreaper() error {
 	return nil
 }
 
-// procStat is the part of /proc/PID/stat used here.
-type procStat struct {
-	ppid  int
-	state byte
-}
-
-// readStat parses /proc/PID/stat; the command name sits in parentheses and may hold spaces or
-// parentheses itself, so the fields after it are found from its last ')'.
-func readStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return procStat{}, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 || len(f[0]) != 1 {
-		return procStat{}, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return procStat{}, false
-	}
-	return procStat{ppid: ppid, state: f[0][0]}, true
-}
-
-// processTable is every process's parent and state, by PID.
-func processTable() map[int]procStat {
-	ents, _ := os.ReadDir("/proc")
-	tab := map[int]procStat{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := readStat(pid); ok {
-			tab[pid] = st
-		}
-	}
-	return tab
-}
-
 // descendants are the processes whose chain of parents leads to root, root excluded.
-func descendants(tab map[int]procStat, root int) []int {
+func descendants(tab map[int]driver.Proc, root int) []int {
 	var out []int
 	for pid := range tab {
 		seen := 0
-		for p := tab[pid].ppid; p > 0 && seen < len(tab); p, seen = tab[p].ppid, seen+1 {
+		for p := tab[pid].PPid; p > 0 && seen < len(tab); p, seen = tab[p].PPid, seen+1 {
 			if p == root {
 				out = append(out, pid)
 				break
@@ -97,13 +53,13 @@ func endDescendants() []string {
 	self := os.Getpid()
 	var ended []string
 	for round := 0; round < 100; round++ {
-		tab := processTable()
+		tab := driver.Processes()
 		pids := descendants(tab, self)
 		if len(pids) == 0 {
 			return ended
 		}
 		for _, pid := range pids {
-			if tab[pid].state != 'Z' {
+			if tab[pid].State != 'Z' {
 				c := cmdline(pid)
 				if err := unix.Kill(pid, unix.SIGKILL); err == nil {
 					ended = append(ended, fmt.Sprintf("process %d (%s)", pid, c))
@@ -113,7 +69,7 @@ func endDescendants() []string {
 		// Only the tool's direct children can be waited for; a killed grandchild's children
 		// become direct children, and are waited for in the next round.
 		for _, pid := range pids {
-			if tab[pid].ppid == self {
+			if tab[pid].PPid == self {
 				var ws unix.WaitStatus
 				for {
 					_, err := unix.Wait4(pid, &ws, 0, nil)
@@ -132,8 +88,8 @@ func endDescendants() []string {
 // otherwise stay zombies until the run's cleanup.
 func reapExited(keep int) {
 	self := os.Getpid()
-	for pid, st := range processTable() {
-		if st.ppid == self && st.state == 'Z' && pid != keep {
+	for pid, p := range driver.Processes() {
+		if p.PPid == self && p.State == 'Z' && pid != keep {
 			var ws unix.WaitStatus
 			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
@@ -147,22 +103,7 @@ func reapExited(keep int) {
 // below them) is left alone. The suite's lock (suiteLock) is held, so no other run of the suite
 // owns these.
 func staleSuiteProcesses() []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		if isSuiteProcess(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return driver.ProcessesWhere(isSuiteProcess)
 }
 
 // isSuiteProcess is whether args are those of the suite's containerd or of a shim it started.
@@ -173,33 +114,11 @@ func isSuiteProcess(args []string) bool {
 	name := filepath.Base(args[0])
 	switch {
 	case name == "containerd":
-		return flagValue(args, "root") == suiteRoot || flagValue(args, "state") == suiteState
+		return driver.FlagValue(args, "root") == suiteRoot || driver.FlagValue(args, "state") == suiteState
 	case strings.HasPrefix(name, "containerd-shim-"):
-		return flagValue(args, "address") == suiteState+"/containerd.sock"
+		return driver.FlagValue(args, "address") == suiteState+"/containerd.sock"
 	}
 	return false
-}
-
-// flagValue is the value of -name or --name in args, in either the "-name v" or "-name=v" form.
-func flagValue(args []string, name string) string {
-	for i, a := range args[1:] {
-		for _, p := range []string{"-" + name, "--" + name} {
-			if a == p && i+2 < len(args) {
-				return args[i+2]
-			}
-			if v, ok := strings.CutPrefix(a, p+"="); ok {
-				return v
-			}
-		}
-	}
-	return ""
-}
-
-// cgroupHierarchies are the roots of this host's cgroup hierarchies: each v1 controller's and
-// the v2 one (on a v1 or hybrid host /sys/fs/cgroup itself is a tmpfs that holds them).
-func cgroupHierarchies() []string {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	return append(roots, "/sys/fs/cgroup")
 }
 
 // suiteCgroups are the cgroup directories of the suite's namespaces in hierarchies that exist

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -47,11 +48,6 @@ func startDaemon(t *testing.T, name string) int {
 	return pid
 }
 
-func alive(pid int) bool {
-	st, ok := readStat(pid)
-	return ok && st.state != 'Z'
-}
-
 // TestEndDescendantsSparesBystanders: a process that names the suite's paths but is not the
 // tool's (a `tail -f` of the suite's log) survives cleanup, while a daemonized process of the
 // tool's, re-parented to it as a subreaper, is killed and reaped, leaving no zombie.
@@ -69,15 +65,15 @@ func TestEndDescendantsSparesBystanders(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
 	ours := startDaemon(t, "containerd-shim-runc-v2 -address "+suiteState+"/containerd.sock")
-	if st, _ := readStat(ours); st.ppid != os.Getpid() {
-		t.Fatalf("the daemon %d has parent %d, want the subreaper %d", ours, st.ppid, os.Getpid())
+	if p, _ := driver.ReadProc(ours); p.PPid != os.Getpid() {
+		t.Fatalf("the daemon %d has parent %d, want the subreaper %d", ours, p.PPid, os.Getpid())
 	}
 
 	ended := endDescendants()
-	if _, ok := readStat(ours); ok {
+	if _, err := driver.ReadProc(ours); err == nil {
 		t.Errorf("the tool's daemon %d is still there (a zombie if its state is Z); ended %q", ours, ended)
 	}
-	if !alive(bystander) {
+	if !driver.Alive(bystander) {
 		t.Errorf("the bystander %d naming %s was killed", bystander, suiteState)
 	}
 }
@@ -142,7 +138,7 @@ func TestCleanupStale(t *testing.T) {
 	if err := stale.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("the stale containerd exited with %v, want killed; cleanup said %q", err, left)
 	}
-	if !alive(bystander.Process.Pid) {
+	if !driver.Alive(bystander.Process.Pid) {
 		t.Errorf("the bystander naming %s was killed", suiteState)
 	}
 	if _, err := os.Stat(suiteRoot); !os.IsNotExist(err) {

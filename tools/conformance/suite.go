@@ -28,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/shimwalk/shimwalk/final/driver"
 )
 
 const (
@@ -116,7 +118,7 @@ func runCmd(ctx context.Context, args []string) error {
 	}
 	// Nothing records which cgroups of the suite's namespace an earlier run or anything else
 	// made: only those that appear from here on are this run's to remove.
-	cgroupsBefore := suiteCgroups(cgroupHierarchies())
+	cgroupsBefore := suiteCgroups(driver.CgroupRoots())
 	// A partial run's directory holds only this run's results, never an older partial run's.
 	if o.partial {
 		if err := os.RemoveAll(runDir); err != nil {
@@ -523,7 +525,7 @@ func cleanupFiles(work string, before map[string]bool) []string {
 		err := syscall.Unmount(m, syscall.MNT_DETACH)
 		left = append(left, fmt.Sprintf("mount %s (unmount: %v)", m, err))
 	}
-	for _, d := range newEmptyCgroups(cgroupHierarchies(), before) {
+	for _, d := range newEmptyCgroups(driver.CgroupRoots(), before) {
 		if err := os.Remove(d); err == nil {
 			left = append(left, "cgroup "+d)
 		}
@@ -541,10 +543,8 @@ func cleanupFiles(work string, before map[string]bool) []string {
 	return left
 }
 
-func cmdline(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-}
+// cmdline is pid's command line as a shell would show it, for a report.
+func cmdline(pid int) string { return strings.Join(driver.Cmdline(pid), " ") }
 
 // suiteContainers are the runc containers in the suite's namespace whose bundle the suite's
 // containerd made.

@@ -460,7 +460,7 @@ var exercises = []Exercise{
 		Lib:   "final/shim/task",
 		Tests: "final/shim/shimtest",
 		Edit: &Edit{
-			File: "service.go",
+			File: "exits.go",
 			Old: "\tfor _, e := range c.execs {\n" +
 				"\t\t_ = e.Kill(context.Background(), 9) // refused for an exec that is not running\n" +
 				"\t}\n" +
@@ -490,7 +490,7 @@ var exercises = []Exercise{
 		Tests: "final/shim/shimtest",
 		Funcs: []string{"KillAllOnExit", "Init.KillAll"},
 		Check: "TestKilledInitTakesItsChildren",
-		Hint: "KillAllOnExit reads the linux.namespaces of config.json in the bundle (readSpec) and " +
+		Hint: "KillAllOnExit reads the linux.namespaces of config.json in the bundle (bundle.ReadSpec) and " +
 			"answers false only for a pid namespace entry without a path; an unreadable spec gets the " +
 			"kill. KillAll is p.runtime.Kill with SIGKILL and runc.KillOpts{All: true}, its error " +
 			"wrapped through p.killError with the mark logEnd(p.runtime.Log) took before the call.",

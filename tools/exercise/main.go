@@ -113,7 +113,7 @@ func list(w io.Writer) error {
 }
 
 // workDir is where `make` puts an exercise's copy. Its base name starts with the step number and
-// a dot, which is how testkit.BinaryName knows which shim the copy builds.
+// a dot, which is how testkit.Binary knows which shim the copy builds.
 func workDir(root string, ex Exercise) string {
 	return filepath.Join(root, "work", ex.ID)
 }

@@ -27,12 +27,12 @@ import (
 
 // Lab is what one run of the lab needs.
 type Lab struct {
-	Shim          string // the final shim's binary
-	ContainerdBin string // the directory of containerd 2.x's binaries
-	Crictl        string
-	Busybox       string // a static busybox, for the images
-	Dir           string // everything of the run lives below it; short, for socket paths
-	Out           io.Writer
+	Shim              string // the final shim's binary
+	ContainerdVersion string // the containerd 2.x that scripts/containerd2.sh built
+	Crictl            string
+	Busybox           string // a static busybox, for the images
+	Dir               string // everything of the run lives below it; short, for socket paths
+	Out               io.Writer
 	// Explore, when set, runs once the pod's two containers run, before anything is torn
 	// down: make lab-pod waits there for the learner to look around.
 	Explore func(crictl string)
@@ -65,21 +65,20 @@ func (l *Lab) Run(ctx context.Context) (res Result, err error) {
 	res = Result{Containers: map[string]string{}, Pids: map[string]int{}, Sandbox: map[string]string{}}
 	// Containers go in a cgroup of the lab's own, removed at the end.
 	cgroupParent := fmt.Sprintf("shimwalk-lab-%d", os.Getpid())
-	ctd, err := driver.StartContainerd(driver.ContainerdConfig{
-		Dir:       filepath.Join(l.Dir, "ctd"),
-		Namespace: "k8s.io",
-		// CRI's namespace is also a Kubernetes node's: the lab's containerd removes only the
-		// k8s.io cgroups it made, never the node's pods'.
-		SharedNamespace: true,
-		Binary:          filepath.Join(l.ContainerdBin, "containerd"),
-		Ctr:             filepath.Join(l.ContainerdBin, "ctr"),
-		RuncRoot:        filepath.Join(l.Dir, "runc"),
-		Env:             driver.Containerd2Env(l.ContainerdBin),
-		ConfigVersion:   3,
-		Disabled:        withoutCRI(driver.Disabled2),
-		LogLevel:        "info",
-		Extra:           l.criConfig(),
-	})
+	release, err := driver.ReleaseConfig(l.ContainerdVersion)
+	if err != nil {
+		return res, err
+	}
+	release.Dir = filepath.Join(l.Dir, "ctd")
+	release.Namespace = "k8s.io"
+	// CRI's namespace is also a Kubernetes node's: the lab's containerd removes only the k8s.io
+	// cgroups it made, never the node's pods'.
+	release.SharedNamespace = true
+	release.RuncRoot = filepath.Join(l.Dir, "runc")
+	release.Disabled = withoutCRI(release.Disabled)
+	release.LogLevel = "info"
+	release.Extra = l.criConfig()
+	ctd, err := driver.StartContainerd(release)
 	if err != nil {
 		return res, err
 	}
@@ -87,7 +86,7 @@ func (l *Lab) Run(ctx context.Context) (res Result, err error) {
 		ctd.Stop()
 		driver.RemoveCgroups(cgroupParent)
 	}()
-	l.say("containerd %s runs with its CRI plugin at %s; its config is %s", filepath.Base(filepath.Dir(l.ContainerdBin)),
+	l.say("containerd %s runs with its CRI plugin at %s; its config is %s", l.ContainerdVersion,
 		ctd.Address, filepath.Join(ctd.Dir, "config.toml"))
 
 	cfg := filepath.Join(l.Dir, "crictl.yaml")
@@ -106,7 +105,7 @@ func (l *Lab) Run(ctx context.Context) (res Result, err error) {
 	if err := WriteImages(archive, l.Busybox); err != nil {
 		return res, err
 	}
-	if _, err := l.show(ctx, "ctr", ctd.CtrBinary, "--address", ctd.Address, "-n", "k8s.io", "images", "import", archive); err != nil {
+	if _, err := l.run("ctr", ctd.CtrCommand(ctx, "images", "import", archive)); err != nil {
 		return res, err
 	}
 	if _, err := crictl("images"); err != nil {
@@ -179,7 +178,7 @@ func (l *Lab) Run(ctx context.Context) (res Result, err error) {
 		if err != nil {
 			return res, fmt.Errorf("shim %d: %w", pid, err)
 		}
-		res.Shims = append(res.Shims, Shim{Proc: p, ID: argAfter(cmdline(pid), "-id")})
+		res.Shims = append(res.Shims, Shim{Proc: p, ID: driver.FlagValue(driver.Cmdline(pid), "id")})
 	}
 	pods, err := l.pidOf(ctx, cfg, "inspectp", res.PodID)
 	if err != nil {
@@ -311,32 +310,19 @@ func (l *Lab) say(format string, args ...any) {
 // show prints a command as the learner would type it (name for the program), runs it, prints
 // its output and returns its standard output.
 func (l *Lab) show(ctx context.Context, name string, argv ...string) (string, error) {
-	fmt.Fprintf(l.Out, "$ %s %s\n", name, strings.Join(argv[1:], " "))
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	return l.run(name, exec.CommandContext(ctx, argv[0], argv[1:]...))
+}
+
+// run is show for a command already built.
+func (l *Lab) run(name string, cmd *exec.Cmd) (string, error) {
+	fmt.Fprintf(l.Out, "$ %s %s\n", name, strings.Join(cmd.Args[1:], " "))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = io.MultiWriter(&stdout, l.Out)
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(argv[1:], " "), err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(cmd.Args[1:], " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
-}
-
-func cmdline(pid int) []string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-}
-
-func argAfter(args []string, flag string) string {
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == flag {
-			return args[i+1]
-		}
-	}
-	return ""
 }
 
 func writeJSON(path string, v any) error {

@@ -81,12 +81,12 @@ func NewLab(repoRoot, shim string) (*Lab, error) {
 	if _, err := os.Stat(shim); err != nil {
 		return nil, fmt.Errorf("the final shim: %w (make build builds it)", err)
 	}
-	version, bin, err := driver.Containerd2Dir(repoRoot)
+	version, err := driver.Containerd2Version(repoRoot)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(bin, "containerd")); err != nil {
-		return nil, fmt.Errorf("containerd %s is not built in %s (scripts/containerd2.sh builds it)", version, bin)
+	if _, err := driver.ReleaseConfig(version); err != nil {
+		return nil, err
 	}
 	crictl, err := CrictlPath(repoRoot)
 	if err != nil {
@@ -96,7 +96,7 @@ func NewLab(repoRoot, shim string) (*Lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("busybox: %w (install busybox-static)", err)
 	}
-	return &Lab{Shim: shim, ContainerdBin: bin, Crictl: crictl, Busybox: busybox}, nil
+	return &Lab{Shim: shim, ContainerdVersion: version, Crictl: crictl, Busybox: busybox}, nil
 }
 
 // CrictlPath is where scripts/crictl.sh (below repoRoot) builds the crictl version it names.

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Unit tests of what shimctl works out without a shim: signals, sizes, event lines, the
+// step-aware message for a call a shim lacks, an example for every command. The tests that
+// build and drive the binary are in package cli_test (shimctl_test.go and the rest).
+
 package cli
 
 import (

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // finalStep is the step number the demo gives the final shim: it has every mechanism.
@@ -392,8 +393,8 @@ func (m *demo) start(ctx context.Context) (bool, error) {
 	m.say("It opened the socket, started the long-lived shim on it, printed the address and exited after %s. Its reply on stdout:", demoLatency(exec.Duration))
 	m.fact("reply", exec.Reply)
 	m.fact("bootstrap", fmt.Sprintf("version %d, protocol %s, address %s", b.Version, b.Protocol, b.Address))
-	m.say("The driver keeps it in %s, for a restarted containerd to find the shim again.", filepath.Join(m.d.Bundle(m.id), "bootstrap.json"))
-	m.shimPid, err = driver.ReadPidFile(filepath.Join(m.d.Bundle(m.id), "shim.pid"))
+	m.say("The driver keeps it in %s, for a restarted containerd to find the shim again.", filepath.Join(m.d.Bundle(m.id), bundle.BootstrapFile))
+	m.shimPid, err = bundle.ReadPidFile(filepath.Join(m.d.Bundle(m.id), bundle.ShimPidFile))
 	if err != nil {
 		return false, fmt.Errorf("the shim left no pid: %w", err)
 	}
@@ -719,7 +720,7 @@ func (m *demo) reconnect(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	m.section("reconnect", "A restarted containerd reconnects through bootstrap.json")
-	data, err := os.ReadFile(filepath.Join(m.d.Bundle(m.id), "bootstrap.json"))
+	data, err := os.ReadFile(filepath.Join(m.d.Bundle(m.id), bundle.BootstrapFile))
 	if err != nil {
 		return false, err
 	}

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // processSpecURL is the type url containerd gives an exec's process spec (JSON in an Any).
@@ -95,8 +96,8 @@ func randomExecID() string {
 }
 
 // execSpec is the container's process spec from its bundle, running argv instead.
-func execSpec(bundle string, argv []string, tty bool) (*anypb.Any, error) {
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+func execSpec(dir string, argv []string, tty bool) (*anypb.Any, error) {
+	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
 	if err != nil {
 		return nil, fmt.Errorf("read the task's spec: %w", err)
 	}
@@ -177,65 +178,55 @@ func deleteExec(ctx context.Context, c *driver.Conn, id, execID string) error {
 }
 
 func taskPsCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return callShim(g, "pids", &cobra.Command{
 		Use:   "ps TASK",
 		Short: "Call Pids: the task's processes, with the exec id of each exec",
 		Long: `ps lists every process in the task's cgroup. A process that the shim started
 for an exec carries that exec's id (from the ProcessDetails in its Info); the
 others (the init and their children) show "-".`,
 		Example: "  shimctl task ps demo",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			resp, err := c.Task.Pids(cmd.Context(), &taskapi.PidsRequest{ID: id})
-			if err != nil {
-				return fmt.Errorf("pids: %w", err)
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PID\tEXEC")
-			for _, p := range resp.Processes {
-				execID := "-"
-				if p.Info != nil {
-					v, err := typeurl.UnmarshalAny(p.Info)
-					if err != nil {
-						return fmt.Errorf("pids: info of %d: %w", p.Pid, err)
-					}
-					if pd, ok := v.(*options.ProcessDetails); ok && pd.ExecID != "" {
-						execID = pd.ExecID
-					}
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		resp, err := c.Task.Pids(cmd.Context(), &taskapi.PidsRequest{ID: id})
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "PID\tEXEC")
+		for _, p := range resp.Processes {
+			execID := "-"
+			if p.Info != nil {
+				v, err := typeurl.UnmarshalAny(p.Info)
+				if err != nil {
+					return fmt.Errorf("info of %d: %w", p.Pid, err)
 				}
-				fmt.Fprintf(w, "%d\t%s\n", p.Pid, execID)
+				if pd, ok := v.(*options.ProcessDetails); ok && pd.ExecID != "" {
+					execID = pd.ExecID
+				}
 			}
-			return w.Flush()
-		}),
-	}
+			fmt.Fprintf(w, "%d\t%s\n", p.Pid, execID)
+		}
+		return w.Flush()
+	})
 }
 
 func taskPauseCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return callShim(g, "pause", &cobra.Command{
 		Use:     "pause TASK",
 		Short:   "Call Pause: freeze every process of the task (cgroup freezer)",
 		Example: "  shimctl task pause demo\n  shimctl task state demo   # PAUSED",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			if _, err := c.Task.Pause(cmd.Context(), &taskapi.PauseRequest{ID: id}); err != nil {
-				return fmt.Errorf("pause: %w", err)
-			}
-			return nil
-		}),
-	}
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		_, err := c.Task.Pause(cmd.Context(), &taskapi.PauseRequest{ID: id})
+		return err
+	})
 }
 
 func taskResumeCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return callShim(g, "resume", &cobra.Command{
 		Use:     "resume TASK",
 		Short:   "Call Resume: thaw a paused task",
 		Example: "  shimctl task resume demo",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			if _, err := c.Task.Resume(cmd.Context(), &taskapi.ResumeRequest{ID: id}); err != nil {
-				return fmt.Errorf("resume: %w", err)
-			}
-			return nil
-		}),
-	}
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		_, err := c.Task.Resume(cmd.Context(), &taskapi.ResumeRequest{ID: id})
+		return err
+	})
 }

@@ -38,60 +38,58 @@ const cpuPeriod = 100000
 
 func taskStatsCommand(g *globals) *cobra.Command {
 	var asJSON bool
-	cmd := &cobra.Command{
+	cmd := callShim(g, "stats", &cobra.Command{
 		Use:   "stats [--json] TASK",
 		Short: "Call Stats: the task's cgroup metrics (memory, pids, cpu)",
 		Long: `stats shows the memory usage and limit, the number of processes and their limit,
 and the cpu time used of the task's cgroup, from the cgroups v1 or v2 metrics the
 shim returns. --json prints those metrics as they are, in protobuf's JSON form.`,
 		Example: "  shimctl task stats demo\n  shimctl task stats --json demo | jq .memory",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			resp, err := c.Task.Stats(cmd.Context(), &taskapi.StatsRequest{ID: id})
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		resp, err := c.Task.Stats(cmd.Context(), &taskapi.StatsRequest{ID: id})
+		if err != nil {
+			return err
+		}
+		if resp.Stats == nil {
+			return errors.New("the shim sent no metrics")
+		}
+		v, err := typeurl.UnmarshalAny(resp.Stats)
+		if err != nil {
+			return fmt.Errorf("metrics of type %q: %w", resp.Stats.GetTypeUrl(), err)
+		}
+		out := cmd.OutOrStdout()
+		if asJSON {
+			m, ok := v.(proto.Message)
+			if !ok {
+				return fmt.Errorf("metrics of type %q are not a protobuf message", resp.Stats.GetTypeUrl())
+			}
+			data, err := protojson.MarshalOptions{Multiline: true}.Marshal(m)
 			if err != nil {
-				return fmt.Errorf("stats: %w", err)
+				return err
 			}
-			if resp.Stats == nil {
-				return fmt.Errorf("stats: the shim sent no metrics")
-			}
-			v, err := typeurl.UnmarshalAny(resp.Stats)
-			if err != nil {
-				return fmt.Errorf("stats: metrics of type %q: %w", resp.Stats.GetTypeUrl(), err)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				m, ok := v.(proto.Message)
-				if !ok {
-					return fmt.Errorf("stats: metrics of type %q are not a protobuf message", resp.Stats.GetTypeUrl())
-				}
-				data, err := protojson.MarshalOptions{Multiline: true}.Marshal(m)
-				if err != nil {
-					return fmt.Errorf("stats: %w", err)
-				}
-				fmt.Fprintln(out, string(data))
-				return nil
-			}
-			var memUsage, memLimit, pids, pidsLimit uint64
-			var cpu time.Duration
-			switch m := v.(type) {
-			case *v1.Metrics:
-				memUsage, memLimit = m.GetMemory().GetUsage().GetUsage(), m.GetMemory().GetUsage().GetLimit()
-				pids, pidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
-				cpu = time.Duration(m.GetCPU().GetUsage().GetTotal())
-			case *v2.Metrics:
-				memUsage, memLimit = m.GetMemory().GetUsage(), m.GetMemory().GetUsageLimit()
-				pids, pidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
-				cpu = time.Duration(m.GetCPU().GetUsageUsec()) * time.Microsecond
-			default:
-				return fmt.Errorf("stats: unknown metrics type %q (try --json)", resp.Stats.GetTypeUrl())
-			}
-			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "memory\t%s\tlimit %s\n", bytesSize(memUsage), limit(memLimit, bytesSize))
-			fmt.Fprintf(w, "pids\t%d\tlimit %s\n", pids, limit(pidsLimit, func(n uint64) string { return strconv.FormatUint(n, 10) }))
-			fmt.Fprintf(w, "cpu\t%s\n", cpu.Round(time.Microsecond))
-			return w.Flush()
-		}),
-	}
+			fmt.Fprintln(out, string(data))
+			return nil
+		}
+		var memUsage, memLimit, pids, pidsLimit uint64
+		var cpu time.Duration
+		switch m := v.(type) {
+		case *v1.Metrics:
+			memUsage, memLimit = m.GetMemory().GetUsage().GetUsage(), m.GetMemory().GetUsage().GetLimit()
+			pids, pidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
+			cpu = time.Duration(m.GetCPU().GetUsage().GetTotal())
+		case *v2.Metrics:
+			memUsage, memLimit = m.GetMemory().GetUsage(), m.GetMemory().GetUsageLimit()
+			pids, pidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
+			cpu = time.Duration(m.GetCPU().GetUsageUsec()) * time.Microsecond
+		default:
+			return fmt.Errorf("unknown metrics type %q (try --json)", resp.Stats.GetTypeUrl())
+		}
+		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(w, "memory\t%s\tlimit %s\n", bytesSize(memUsage), limit(memLimit, bytesSize))
+		fmt.Fprintf(w, "pids\t%d\tlimit %s\n", pids, limit(pidsLimit, func(n uint64) string { return strconv.FormatUint(n, 10) }))
+		fmt.Fprintf(w, "cpu\t%s\n", cpu.Round(time.Microsecond))
+		return w.Flush()
+	})
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw metrics as JSON")
 	return cmd
 }
@@ -139,7 +137,8 @@ func parseSize(s string) (int64, error) {
 func taskUpdateCommand(g *globals) *cobra.Command {
 	var memory string
 	var cpus float64
-	cmd := &cobra.Command{
+	var value []byte
+	cmd := callShim(g, "update", &cobra.Command{
 		Use:   "update [--memory SIZE] [--cpus N] TASK",
 		Short: "Call Update: change the task's memory limit or cpu quota",
 		Long: `update sends new limits as the OCI LinuxResources JSON that containerd sends,
@@ -147,8 +146,7 @@ and the shim applies them with "runc update". --memory takes bytes or a size
 like 64m or 1g; --cpus takes a number of cpus, made a CFS quota over a period of
 100ms (--cpus 0.5: 50ms of cpu every 100ms).`,
 		Example: "  shimctl task update --memory 64m demo\n  shimctl task update --cpus 0.5 demo",
-		Args:    oneID,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			var res specs.LinuxResources
 			if cmd.Flags().Changed("memory") {
 				n, err := parseSize(memory)
@@ -167,28 +165,27 @@ like 64m or 1g; --cpus takes a number of cpus, made a CFS quota over a period of
 			if res.Memory == nil && res.CPU == nil {
 				return usageError{errors.New("update: give --memory or --cpus")}
 			}
-			value, err := json.Marshal(&res)
-			if err != nil {
+			var err error
+			if value, err = json.Marshal(&res); err != nil {
 				return fmt.Errorf("encode resources: %w", err)
 			}
-			return withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-				req := &taskapi.UpdateTaskRequest{ID: id, Resources: &anypb.Any{TypeUrl: resourcesURL, Value: value}}
-				if _, err := c.Task.Update(cmd.Context(), req); err != nil {
-					return fmt.Errorf("update: %w", err)
-				}
-				return nil
-			})(cmd, args)
+			return nil
 		},
-	}
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		req := &taskapi.UpdateTaskRequest{ID: id, Resources: &anypb.Any{TypeUrl: resourcesURL, Value: value}}
+		_, err := c.Task.Update(cmd.Context(), req)
+		return err
+	})
 	cmd.Flags().StringVar(&memory, "memory", "", "memory limit: bytes, or a size like 64m")
 	cmd.Flags().Float64Var(&cpus, "cpus", 0, "cpu quota, in cpus (0.5, 2)")
 	return cmd
 }
 
 func taskCheckpointCommand(g *globals) *cobra.Command {
-	var image string
+	var image, path string // path: image, made absolute
 	var exit bool
-	cmd := &cobra.Command{
+	var opts *anypb.Any
+	cmd := callShim(g, "checkpoint", &cobra.Command{
 		Use:   "checkpoint --image-path DIR [--exit] TASK",
 		Short: "Call Checkpoint: dump the task with CRIU into DIR",
 		Long: `checkpoint asks the shim to dump the running task with "runc checkpoint", which
@@ -196,29 +193,27 @@ needs CRIU, into the directory DIR; with --exit the task stops once dumped, and
 otherwise keeps running. When CRIU fails, its error is shown as one line and the
 task keeps running.`,
 		Example: "  shimctl task checkpoint --image-path /tmp/cp demo",
-		Args:    oneID,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		PreRunE: func(*cobra.Command, []string) error {
 			if image == "" {
 				return usageError{errors.New("checkpoint needs --image-path DIR")}
 			}
-			abs, err := filepath.Abs(image)
-			if err != nil {
+			var err error
+			if path, err = filepath.Abs(image); err != nil {
 				return usageError{err}
 			}
-			opts, err := typeurl.MarshalAnyToProto(&options.CheckpointOptions{Exit: exit, ImagePath: abs})
-			if err != nil {
+			if opts, err = typeurl.MarshalAnyToProto(&options.CheckpointOptions{Exit: exit, ImagePath: path}); err != nil {
 				return fmt.Errorf("encode checkpoint options: %w", err)
 			}
-			return withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-				req := &taskapi.CheckpointTaskRequest{ID: id, Path: abs, Options: opts}
-				if _, err := c.Task.Checkpoint(cmd.Context(), req); err != nil {
-					return fmt.Errorf("checkpoint: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "checkpointed %s into %s\n", id, abs)
-				return nil
-			})(cmd, args)
+			return nil
 		},
-	}
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		req := &taskapi.CheckpointTaskRequest{ID: id, Path: path, Options: opts}
+		if _, err := c.Task.Checkpoint(cmd.Context(), req); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "checkpointed %s into %s\n", id, path)
+		return nil
+	})
 	cmd.Flags().StringVar(&image, "image-path", "", "directory CRIU writes the images to")
 	cmd.Flags().BoolVar(&exit, "exit", false, "stop the task once it is dumped")
 	return cmd

@@ -43,7 +43,8 @@ type globals struct {
 // usageError marks errors in how shimctl was called, which exit with exitUsage.
 type usageError struct{ error }
 
-// exitCode carries a container's exit status out of a command.
+// exitCode carries a container's exit status out of a command; Main finds it however it was
+// wrapped on the way (callShim names it after the call, as any error).
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
@@ -179,6 +180,38 @@ func connect(ctx context.Context, d *driver.Driver, id string) (*driver.Conn, er
 type shimGone struct{ error }
 
 func (e shimGone) Unwrap() error { return e.error }
+
+// onTask makes cmd a command on the one task its argument names: body runs with the driver
+// the global flags describe.
+func onTask(g *globals, cmd *cobra.Command, body func(cmd *cobra.Command, d *driver.Driver, id string) error) *cobra.Command {
+	cmd.Args = oneID
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		d, err := g.driver()
+		if err != nil {
+			return err
+		}
+		return body(cmd, d, args[0])
+	}
+	return cmd
+}
+
+// callShim makes cmd a command on one task that calls the task's shim: body runs with a
+// connection to it, and what body returns is named after the call (name: ...), so that every
+// failed call says which call it was. Checks of flags that need no shim go in cmd's PreRunE.
+func callShim(g *globals, name string, cmd *cobra.Command, body func(cmd *cobra.Command, c *driver.Conn, id string) error) *cobra.Command {
+	return onTask(g, cmd, func(cmd *cobra.Command, d *driver.Driver, id string) error {
+		g.noteShim(d, id)
+		c, err := connect(cmd.Context(), d, id)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := body(cmd, c, id); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	})
+}
 
 // group makes cmd a parent of subcommands. Bare, it prints its help; cobra would also print
 // help, and exit 0, for an unknown subcommand, which is a usage error.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // runtimeName is containerd's form of a runtime name: io.containerd.<name>.<version>.
@@ -84,7 +85,7 @@ func describeFor(shim string, err error) string {
 
 // noteShim records the shim binary that started task id, for shimName.
 func (g *globals) noteShim(d *driver.Driver, id string) {
-	if p, err := os.ReadFile(filepath.Join(d.Bundle(id), "shim-binary-path")); err == nil {
+	if p, err := os.ReadFile(filepath.Join(d.Bundle(id), bundle.ShimBinaryFile)); err == nil {
 		g.taskShim = string(p)
 	}
 }

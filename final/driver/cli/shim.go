@@ -45,45 +45,37 @@ func shimCommand(g *globals) *cobra.Command {
 			return nil
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(onTask(g, &cobra.Command{
 		Use:     "delete ID",
 		Short:   "Run the shim's delete action for task ID and remove its bundle",
 		Example: "  shimctl shim delete demo",
-		Args:    oneID,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := g.driver()
-			if err != nil {
-				return err
-			}
-			if _, err := os.Stat(d.Bundle(args[0])); errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("no task %q in namespace %q of %s", args[0], d.Namespace, d.State)
-			}
-			resp, err := d.DeleteShim(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if err := d.RemoveBundle(args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s: pid %d, exit status %d\n", args[0], resp.Pid, resp.ExitStatus)
-			return nil
-		},
-	})
-	cmd.AddCommand(&cobra.Command{
+	}, func(cmd *cobra.Command, d *driver.Driver, id string) error {
+		if _, err := os.Stat(d.Bundle(id)); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no task %q in namespace %q of %s", id, d.Namespace, d.State)
+		}
+		resp, err := d.DeleteShim(cmd.Context(), id)
+		if err != nil {
+			return err
+		}
+		if err := d.RemoveBundle(id); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "deleted %s: pid %d, exit status %d\n", id, resp.Pid, resp.ExitStatus)
+		return nil
+	}))
+	cmd.AddCommand(callShim(g, "shutdown", &cobra.Command{
 		Use:     "shutdown ID",
 		Short:   "Ask the shim of task ID to exit (the Shutdown RPC)",
 		Example: "  shimctl shim shutdown demo",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			// A shim may exit before its reply leaves, as the step shims do: a connection closed
-			// under the call is a shutdown too (containerd's shim client reads it so as well).
-			_, err := c.Task.Shutdown(cmd.Context(), &taskapi.ShutdownRequest{ID: id})
-			if err != nil && !errors.Is(err, ttrpc.ErrClosed) {
-				return fmt.Errorf("shutdown: %w", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "shim for %s is shutting down\n", id)
-			return nil
-		}),
-	})
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		// A shim may exit before its reply leaves, as the step shims do: a connection closed
+		// under the call is a shutdown too (containerd's shim client reads it so as well).
+		_, err := c.Task.Shutdown(cmd.Context(), &taskapi.ShutdownRequest{ID: id})
+		if err != nil && !errors.Is(err, ttrpc.ErrClosed) {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "shim for %s is shutting down\n", id)
+		return nil
+	}))
 	return cmd
 }

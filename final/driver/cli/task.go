@@ -26,34 +26,30 @@ func taskCommand(g *globals) *cobra.Command {
   shimctl task kill -s KILL demo
   shimctl task delete demo`,
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(callShim(g, "connect", &cobra.Command{
 		Use:     "connect ID",
 		Short:   "Call Connect: the shim's pid and version",
 		Example: "  shimctl task connect demo",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			resp, err := c.Task.Connect(cmd.Context(), &taskapi.ConnectRequest{ID: id})
-			if err != nil {
-				return fmt.Errorf("connect: %w", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "shim pid %d, task pid %d, version %q\n", resp.ShimPid, resp.TaskPid, resp.Version)
-			return nil
-		}),
-	})
-	cmd.AddCommand(&cobra.Command{
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		resp, err := c.Task.Connect(cmd.Context(), &taskapi.ConnectRequest{ID: id})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "shim pid %d, task pid %d, version %q\n", resp.ShimPid, resp.TaskPid, resp.Version)
+		return nil
+	}))
+	cmd.AddCommand(callShim(g, "state", &cobra.Command{
 		Use:     "state ID",
 		Short:   "Call State: the task's status, pid and exit",
 		Example: "  shimctl task state demo",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			resp, err := c.Task.State(cmd.Context(), &taskapi.StateRequest{ID: id})
-			if err != nil {
-				return fmt.Errorf("state: %w", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s pid %d exit %d bundle %s\n", resp.ID, resp.Status, resp.Pid, resp.ExitStatus, resp.Bundle)
-			return nil
-		}),
-	})
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		resp, err := c.Task.State(cmd.Context(), &taskapi.StateRequest{ID: id})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s %s pid %d exit %d bundle %s\n", resp.ID, resp.Status, resp.Pid, resp.ExitStatus, resp.Bundle)
+		return nil
+	}))
 	cmd.AddCommand(taskCreateCommand(g), taskStartCommand(g), taskKillCommand(g),
 		taskDeleteCommand(g), taskWaitCommand(g), taskExecCommand(g), taskPsCommand(g),
 		taskPauseCommand(g), taskResumeCommand(g), taskStatsCommand(g), taskUpdateCommand(g),
@@ -104,26 +100,25 @@ once in STATE/rootfs from the host's static busybox. Either way it is read-only;
 }
 
 func taskStartCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return callShim(g, "start", &cobra.Command{
 		Use:     "start ID",
 		Short:   "Call Start: run the created task's command; print its pid",
 		Example: "  shimctl task start demo",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			resp, err := c.Task.Start(cmd.Context(), &taskapi.StartRequest{ID: id})
-			if err != nil {
-				return fmt.Errorf("start: %w", err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), resp.Pid)
-			return nil
-		}),
-	}
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		resp, err := c.Task.Start(cmd.Context(), &taskapi.StartRequest{ID: id})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), resp.Pid)
+		return nil
+	})
 }
 
 func taskKillCommand(g *globals) *cobra.Command {
 	var signal, execID string
 	var all bool
-	cmd := &cobra.Command{
+	var sig uint32
+	cmd := callShim(g, "kill", &cobra.Command{
 		Use:   "kill [-s SIGNAL] [--all] [--exec-id EXEC] ID",
 		Short: "Call Kill: send a signal to the task's init, with --all to all its processes, or to an exec",
 		Long: `kill sends SIGNAL (a number, or a name such as KILL, SIGTERM or term; default
@@ -133,23 +128,20 @@ to that exec's process instead.`,
 		Example: `  shimctl task kill demo
   shimctl task kill -s KILL --all demo
   shimctl task kill --exec-id bg demo`,
-		Args: oneID,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sig, err := parseSignal(signal)
-			if err != nil {
+		PreRunE: func(*cobra.Command, []string) error {
+			var err error
+			if sig, err = parseSignal(signal); err != nil {
 				return usageError{err}
 			}
 			if all && execID != "" {
 				return usageError{errors.New("kill: --all and --exec-id do not go together")}
 			}
-			return withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-				if _, err := c.Task.Kill(cmd.Context(), &taskapi.KillRequest{ID: id, ExecID: execID, Signal: sig, All: all}); err != nil {
-					return fmt.Errorf("kill: %w", err)
-				}
-				return nil
-			})(cmd, args)
+			return nil
 		},
-	}
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		_, err := c.Task.Kill(cmd.Context(), &taskapi.KillRequest{ID: id, ExecID: execID, Signal: sig, All: all})
+		return err
+	})
 	cmd.Flags().StringVarP(&signal, "signal", "s", "TERM", "signal, by number or name")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "signal every process of the task")
 	cmd.Flags().StringVar(&execID, "exec-id", "", "signal this exec's process instead of the init")
@@ -157,7 +149,7 @@ to that exec's process instead.`,
 }
 
 func taskDeleteCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return onTask(g, &cobra.Command{
 		Use:   "delete ID",
 		Short: "Call Delete, then Shutdown, then the shim's delete action; remove the bundle",
 		Long: `delete removes a stopped (or never started) task the way containerd does after
@@ -166,73 +158,48 @@ Shutdown RPC, then the shim binary's delete action, then the bundle. A running
 task is refused: kill it first. When the shim no longer answers, delete runs the
 shim's delete action and removes the bundle, as containerd does for a dead shim.`,
 		Example: "  shimctl task delete demo",
-		Args:    oneID,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := g.driver()
+	}, func(cmd *cobra.Command, d *driver.Driver, id string) error {
+		ctx, out := cmd.Context(), cmd.OutOrStdout()
+		c, err := connect(ctx, d, id)
+		var gone shimGone
+		if errors.As(err, &gone) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: %v; running its delete action\n", err)
+			resp, err := d.DeleteShim(ctx, id)
 			if err != nil {
 				return err
 			}
-			ctx, id, out := cmd.Context(), args[0], cmd.OutOrStdout()
-			c, err := connect(ctx, d, id)
-			var gone shimGone
-			if errors.As(err, &gone) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %v; running its delete action\n", err)
-				resp, err := d.DeleteShim(ctx, id)
-				if err != nil {
-					return err
-				}
-				if err := d.RemoveBundle(id); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "deleted %s: the shim's delete action reports exit status %d\n", id, resp.ExitStatus)
-				return nil
-			}
-			if err != nil {
+			if err := d.RemoveBundle(id); err != nil {
 				return err
 			}
-			resp, err := d.DeleteTask(ctx, c, id)
-			if resp != nil {
-				fmt.Fprintf(out, "deleted %s: pid %d, exit status %d\n", id, resp.Pid, resp.ExitStatus)
-			}
+			fmt.Fprintf(out, "deleted %s: the shim's delete action reports exit status %d\n", id, resp.ExitStatus)
+			return nil
+		}
+		if err != nil {
 			return err
-		},
-	}
+		}
+		resp, err := d.DeleteTask(ctx, c, id)
+		if resp != nil {
+			fmt.Fprintf(out, "deleted %s: pid %d, exit status %d\n", id, resp.Pid, resp.ExitStatus)
+		}
+		return err
+	})
 }
 
 func taskWaitCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return callShim(g, "wait", &cobra.Command{
 		Use:   "wait ID",
 		Short: "Call Wait: block until the task exits; exit with its status",
 		Long: `wait blocks until the task's init has exited, prints "exit status N at TIME"
 on stdout and exits with N. A shim before step 05 has no Wait: that is an error.`,
 		Example: "  shimctl task wait demo; echo $?",
-		Args:    oneID,
-		RunE: withConn(g, func(cmd *cobra.Command, c *driver.Conn, id string) error {
-			resp, err := c.Task.Wait(cmd.Context(), &taskapi.WaitRequest{ID: id})
-			if err != nil {
-				return fmt.Errorf("wait: %w", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "exit status %d at %s\n", resp.ExitStatus, formatTime(resp.ExitedAt))
-			return statusExit(resp.ExitStatus)
-		}),
-	}
-}
-
-// withConn wraps a command body that needs a connection to the shim of its one id argument.
-func withConn(g *globals, body func(*cobra.Command, *driver.Conn, string) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		d, err := g.driver()
+	}, func(cmd *cobra.Command, c *driver.Conn, id string) error {
+		resp, err := c.Task.Wait(cmd.Context(), &taskapi.WaitRequest{ID: id})
 		if err != nil {
 			return err
 		}
-		g.noteShim(d, args[0])
-		c, err := connect(cmd.Context(), d, args[0])
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		return body(cmd, c, args[0])
-	}
+		fmt.Fprintf(cmd.OutOrStdout(), "exit status %d at %s\n", resp.ExitStatus, formatTime(resp.ExitedAt))
+		return statusExit(resp.ExitStatus)
+	})
 }
 
 // parseSignal reads a signal as a number (1-64) or a name, with or without SIG, in any case.

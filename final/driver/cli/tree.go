@@ -10,42 +10,37 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 func treeCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return onTask(g, &cobra.Command{
 		Use:   "tree ID",
 		Short: "Show the process tree of task ID's shim, with pid, ppid, pgid and sid",
 		Long: `tree prints the shim of task ID and every process below it. Compare the ppid
 column with the shim's pid to see who is whose parent: from step 04 on, the
 container's init is the shim's child; before that it is re-parented elsewhere.`,
 		Example: "  shimctl tree demo",
-		Args:    oneID,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := g.driver()
-			if err != nil {
-				return err
+	}, func(cmd *cobra.Command, d *driver.Driver, id string) error {
+		dir := d.Bundle(id)
+		shimPid, err := bundle.ReadPidFile(filepath.Join(dir, bundle.ShimPidFile))
+		if err != nil {
+			return fmt.Errorf("no shim recorded for %s: %w", id, err)
+		}
+		roots := []int{shimPid}
+		// A container that is not the shim's child (steps 01-03) is shown as a second root.
+		if initPid, err := bundle.ReadPidFile(filepath.Join(dir, bundle.InitPidFile)); err == nil {
+			if p, err := driver.ReadProc(initPid); err == nil && p.PPid != shimPid {
+				roots = append(roots, initPid)
 			}
-			bundle := d.Bundle(args[0])
-			shimPid, err := driver.ReadPidFile(filepath.Join(bundle, "shim.pid"))
-			if err != nil {
-				return fmt.Errorf("no shim recorded for %s: %w", args[0], err)
-			}
-			roots := []int{shimPid}
-			// A container that is not the shim's child (steps 01-03) is shown as a second root.
-			if initPid, err := driver.ReadPidFile(filepath.Join(bundle, "init.pid")); err == nil {
-				if p, err := driver.ReadProc(initPid); err == nil && p.PPid != shimPid {
-					roots = append(roots, initPid)
-				}
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%7s %7s %7s %7s  %s\n", "PID", "PPID", "PGID", "SID", "COMMAND")
-			for _, pid := range roots {
-				printTree(out, pid, 0)
-			}
-			return nil
-		},
-	}
+		}
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "%7s %7s %7s %7s  %s\n", "PID", "PPID", "PGID", "SID", "COMMAND")
+		for _, pid := range roots {
+			printTree(out, pid, 0)
+		}
+		return nil
+	})
 }
 
 func printTree(out interface{ Write([]byte) (int, error) }, pid, depth int) {

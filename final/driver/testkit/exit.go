@@ -8,21 +8,16 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
-// ExitRecord is a bundle's exit.json, as the step 06 shim and the final shim write it when a
-// container's init exits.
-type ExitRecord struct {
-	Pid        int       `json:"pid"`
-	ExitStatus int       `json:"exit_status"`
-	ExitedAt   time.Time `json:"exited_at"`
-}
-
-// WaitExitRecord waits for bundle/exit.json and returns it; every field must be present.
-func WaitExitRecord(t testing.TB, bundle string) ExitRecord {
+// WaitExitRecord waits for dir/exit.json, as the step 06 shim and the final shim write it when
+// a container's init exits, and returns it; every field must be present.
+func WaitExitRecord(t testing.TB, dir string) bundle.ExitRecord {
 	t.Helper()
-	path := filepath.Join(bundle, "exit.json")
-	Eventually(t, 20*time.Second, "exit.json never written in "+bundle, func() bool {
+	path := filepath.Join(dir, bundle.ExitFile)
+	Eventually(t, 20*time.Second, "exit.json never written in "+dir, func() bool {
 		_, err := os.Stat(path)
 		return err == nil
 	})
@@ -39,7 +34,7 @@ func WaitExitRecord(t testing.TB, bundle string) ExitRecord {
 			t.Errorf("exit.json %s has no %s", data, name)
 		}
 	}
-	var r ExitRecord
+	var r bundle.ExitRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatalf("exit.json %q: %v", data, err)
 	}

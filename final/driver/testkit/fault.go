@@ -5,7 +5,6 @@ package testkit
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,40 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// NewContainerd starts a containerd that belongs to t alone, so that t may kill and restart it
-// while other tests run: generation 1 is Debian's 1.6, 2 is the 2.x of scripts/containerd2.sh.
-// name keeps its directory and namespace apart from every other one of the test process. When t
-// ends it is stopped, and the shims it left are killed.
-func NewContainerd(t testing.TB, generation int, name string) *Containerd {
-	t.Helper()
-	RequireRoot(t)
-	RequireCommand(t, "runc")
-	f := flavour{
-		dir: name,
-		// ctr puts containers in the cgroup /<namespace>/<id>, and the shims keep runc state
-		// below RuncRoot/<namespace>: both are this containerd's alone.
-		namespace: fmt.Sprintf("shimwalk-%s-%d", name, os.Getpid()),
-	}
-	switch generation {
-	case 1:
-		RequireCommand(t, "containerd", "ctr")
-		f.binary, _ = exec.LookPath("containerd")
-		f.ctr, _ = exec.LookPath("ctr")
-		f.configVersion, f.disabled = 2, disabled16
-	case 2:
-		bin := requireContainerd2(t)
-		f.binary, f.ctr = filepath.Join(bin, "containerd"), filepath.Join(bin, "ctr")
-		f.env = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
-		f.configVersion, f.disabled = 3, disabled2
-	default:
-		t.Fatalf("no containerd generation %d", generation)
-	}
-	c := launch(t, f)
-	t.Cleanup(c.stop)
-	return c
-}
+	"github.com/shimwalk/shimwalk/final/driver"
+)
 
 // Leftovers lists what task id of this containerd left behind once it is gone: a shim, a
 // bundle, runc state, a mount, a cgroup, a live process among pids, or anything in the shims'
@@ -157,7 +125,7 @@ func NewFaultyRunc(t testing.TB) *FaultyRunc {
 			if err != nil {
 				continue
 			}
-			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), "sleep\x003600") {
+			if slices.Equal(driver.Cmdline(pid), []string{"sleep", "3600"}) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,8 +23,8 @@ var helpers = map[string]func(args []string) int{}
 
 const helperEnv = "SHIMWALK_TESTKIT_HELPER"
 
-// RegisterHelper makes fn runnable by RunHelper under name. Call it from an init function.
-func RegisterHelper(name string, fn func(args []string) int) {
+// registerHelper makes fn runnable by RunHelper under name. Call it from an init function.
+func registerHelper(name string, fn func(args []string) int) {
 	helpers[name] = fn
 }
 
@@ -46,7 +45,7 @@ func init() {
 	// ttrpc-connect ADDRESS: calls Connect on the shim at ADDRESS and prints the shim's pid.
 	// Exit 1: connected, and the call was refused; 3: could not connect at all (file
 	// permissions), so that a test of the peer-credential check can tell the two apart.
-	RegisterHelper("ttrpc-connect", func(args []string) int {
+	registerHelper("ttrpc-connect", func(args []string) int {
 		if len(args) != 1 {
 			fmt.Fprintln(os.Stderr, "usage: ttrpc-connect ADDRESS")
 			return 2
@@ -69,33 +68,27 @@ func init() {
 	})
 }
 
-var (
-	helperOnce sync.Once
-	helperBin  string
-	helperErr  error
-)
+// helper is the copy of the test binary RunHelper runs.
+var helperCopy perProcess[string]
 
 // helperBinary is a copy of the test binary that any user may execute: go test keeps its
 // binaries in a directory only root can enter.
 func helperBinary(t testing.TB) string {
 	t.Helper()
-	helperOnce.Do(func() {
+	return helperCopy.get(t, func() (string, error) {
 		self, err := os.Executable()
 		if err != nil {
-			helperErr = err
-			return
+			return "", fmt.Errorf("helper binary: %w", err)
 		}
-		helperErr = os.Chmod(WorkDir(t), 0o711)
-		if helperErr != nil {
-			return
+		if err := os.Chmod(WorkDir(t), 0o711); err != nil {
+			return "", fmt.Errorf("helper binary: %w", err)
 		}
-		helperBin = filepath.Join(WorkDir(t), "helper")
-		helperErr = copyExecutable(self, helperBin)
+		bin := filepath.Join(WorkDir(t), "helper")
+		if err := copyExecutable(self, bin); err != nil {
+			return "", fmt.Errorf("helper binary: %w", err)
+		}
+		return bin, nil
 	})
-	if helperErr != nil {
-		t.Fatalf("helper binary: %v", helperErr)
-	}
-	return helperBin
 }
 
 // RunHelper runs the helper name in a copy of the test binary as uid:gid and returns its result.

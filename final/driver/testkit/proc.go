@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // ProcStat reads /proc/pid.
@@ -29,10 +31,28 @@ func ProcessesWhere(match func(args []string) bool) []int { return driver.Proces
 // Cmdline is pid's argument list; nil once it is gone.
 func Cmdline(pid int) []string { return driver.Cmdline(pid) }
 
+// ShellTraps reports whether pid, a container's init running busybox sh, has set its trap for
+// sig. Until runc start has exec'd sh, the same pid is runc's init, whose Go runtime catches
+// every signal: so the handler (SigCgt in the process's status) counts only once the process
+// runs busybox.
+func ShellTraps(pid int, sig syscall.Signal) bool {
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); !strings.HasSuffix(exe, "/busybox") {
+		return false
+	}
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(status), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigCgt:\t"); ok {
+			bits, err := strconv.ParseUint(mask, 16, 64)
+			return err == nil && bits&(1<<(sig-1)) != 0
+		}
+	}
+	return false
+}
+
 // ReadPid reads a pid file.
 func ReadPid(t testing.TB, path string) int {
 	t.Helper()
-	pid, err := driver.ReadPidFile(path)
+	pid, err := bundle.ReadPidFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,10 +72,6 @@ func ExpectGone(t testing.TB, pid int, what string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func mountsBelow(dir string) ([]string, error) {
-	return driver.MountsUnder(dir)
 }
 
 // NewDriver returns a driver for shim with a private state directory, namespace "test" and
@@ -92,7 +108,7 @@ func checkNoShims(t testing.TB, d *driver.Driver) {
 		t.Errorf("list tasks: %v", err)
 	}
 	for _, id := range ids {
-		pid, err := driver.ReadPidFile(filepath.Join(d.Bundle(id), "shim.pid"))
+		pid, err := bundle.ReadPidFile(filepath.Join(d.Bundle(id), bundle.ShimPidFile))
 		if err == nil && Alive(pid) {
 			t.Errorf("shim for %s (pid %d) outlived the test", id, pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -4,29 +4,21 @@ package testkit
 
 import (
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/shimwalk/shimwalk/final/driver"
 )
 
-var (
-	rootfsOnce sync.Once
-	rootfsDir  string
-	rootfsErr  error
-)
+// rootfs is the busybox root file system of the test process.
+var rootfs perProcess[string]
 
 // Rootfs is a busybox root file system built once per test process. Tests must not write to it:
 // containers that need to write get an overlay on top of it, or a copy.
 func Rootfs(t testing.TB) string {
 	t.Helper()
 	RequireCommand(t, "busybox")
-	rootfsOnce.Do(func() {
-		rootfsDir = filepath.Join(WorkDir(t), "rootfs")
-		rootfsErr = driver.BuildBusyboxRootfs(rootfsDir)
+	return rootfs.get(t, func() (string, error) {
+		dir := filepath.Join(WorkDir(t), "rootfs")
+		return dir, driver.BuildBusyboxRootfs(dir)
 	})
-	if rootfsErr != nil {
-		t.Fatal(rootfsErr)
-	}
-	return rootfsDir
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/containerd/api/types/task"
 
 	"github.com/shimwalk/shimwalk/final/driver"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // Buffer is a bytes.Buffer that a copy goroutine may write while the test reads.
@@ -119,11 +120,11 @@ func OpenTask(d *driver.Driver, id, rootfs string, o TaskOptions) (*Task, error)
 			Options: []string{"lowerdir=" + rootfs, "upperdir=" + k.Upper, "workdir=" + work},
 		}}
 	}
-	bundle, err := d.NewBundle(id, spec)
+	dir, err := d.NewBundle(id, spec)
 	if err != nil {
 		return k, err
 	}
-	k.Bundle = bundle
+	k.Bundle = dir
 	if !o.NullIO {
 		if k.FIFOs, err = d.NewFIFOs(id, o.Stdin != "" || o.StdinFIFO); err != nil {
 			return k, err
@@ -137,7 +138,7 @@ func OpenTask(d *driver.Driver, id, rootfs string, o TaskOptions) (*Task, error)
 	if _, err := d.StartShim(ctx, id, nil); err != nil {
 		return k, err
 	}
-	if k.ShimPid, err = driver.ReadPidFile(filepath.Join(bundle, "shim.pid")); err != nil {
+	if k.ShimPid, err = bundle.ReadPidFile(filepath.Join(k.Bundle, bundle.ShimPidFile)); err != nil {
 		return k, err
 	}
 	if k.Conn, err = d.Connect(ctx, id); err != nil {

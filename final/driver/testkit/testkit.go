@@ -74,6 +74,24 @@ func missing(t testing.TB, why string) {
 	t.Skip(why)
 }
 
+// perProcess is a value the kit makes at most once per test process, such as the rootfs: the
+// first test that needs it makes it, and every test fails alike if making it failed.
+type perProcess[T any] struct {
+	once  sync.Once
+	value T
+	err   error
+}
+
+// get is the value, made by build on first use.
+func (p *perProcess[T]) get(t testing.TB, build func() (T, error)) T {
+	t.Helper()
+	p.once.Do(func() { p.value, p.err = build() })
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.value
+}
+
 // RepoRoot is the directory holding go.mod.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
@@ -93,9 +111,9 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
-// BinaryName is the name `make build` gives the program in pkgDir (relative to the repo root).
+// binaryName is the name `make build` gives the program in pkgDir (relative to the repo root).
 // A step ("steps/04-subreaper") and an exercise copy of it ("work/04.2") are both step 04's shim.
-func BinaryName(pkgDir string) string {
+func binaryName(pkgDir string) string {
 	base := filepath.Base(pkgDir)
 	if len(base) > 3 && base[0] >= '0' && base[0] <= '9' && base[1] >= '0' && base[1] <= '9' &&
 		(base[2] == '-' || base[2] == '.') {
@@ -130,7 +148,7 @@ func Binary(t testing.TB, pkgDir string) string {
 		return p
 	}
 	root := RepoRoot(t)
-	out := filepath.Join(WorkDir(t), "bin", BinaryName(pkgDir))
+	out := filepath.Join(WorkDir(t), "bin", binaryName(pkgDir))
 	cmd := exec.Command("go", "build", "-o", out, "./"+pkgDir)
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
@@ -158,7 +176,7 @@ func TempDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if mounts, _ := mountsBelow(dir); len(mounts) > 0 {
+		if mounts, _ := driver.MountsUnder(dir); len(mounts) > 0 {
 			t.Errorf("mounts left under %s: %v", dir, mounts)
 			return // never remove through a mount point
 		}
@@ -181,6 +199,13 @@ func Run(t testing.TB, dir string, env []string, name string, args ...string) Re
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
+	return run(t, cmd)
+}
+
+// run runs cmd, which has no output set, and returns its result; a failure to run at all fails
+// the test.
+func run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -192,7 +217,7 @@ func Run(t testing.TB, dir string, env []string, name string, args ...string) Re
 	case errors.As(err, &ee):
 		r.Code = ee.ExitCode()
 	case err != nil:
-		t.Fatalf("run %s: %v", name, err)
+		t.Fatalf("run %s: %v", cmd.Path, err)
 	}
 	return r
 }
@@ -214,8 +239,7 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 // were put in, and the parent all test processes share once no other uses it.
 func removeCgroups(paths ...string) {
 	driver.RemoveCgroups(paths...)
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, root := range append(roots, "/sys/fs/cgroup") {
+	for _, root := range driver.CgroupRoots() {
 		os.Remove(filepath.Join(root, "shimwalk-test")) // fails while another test process uses it
 	}
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package fsutil writes the small files of a bundle (bootstrap.json, address, shim.pid,
-// exit.json) the one safe way.
+// Package fsutil writes small files the one safe way; the bundle package's writers and the
+// driver's use it.
 package fsutil
 
 import (

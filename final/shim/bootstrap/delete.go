@@ -4,13 +4,11 @@ package bootstrap
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/process"
-	"github.com/shimwalk/shimwalk/final/shim/task"
 )
 
 // deleteAction is what containerd runs when it can no longer reach a task's shim: remove the
@@ -28,26 +26,29 @@ import (
 // real one from exit.json when the shim saw it, else 128+SIGKILL. It leaves a live shim alone:
 // grouped containers may share it, and containerd shuts shims down with the Shutdown RPC.
 func deleteAction(f flags) error {
-	bundle := f.bundle
-	if bundle == "" {
-		bundle = "."
+	dir := f.bundle
+	if dir == "" {
+		dir = "."
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The runc binary and root the shim used, which the runtime options may have changed.
-	opts, err := process.LoadOptions(bundle)
+	opts, err := bundle.LoadOptions(dir)
 	if err != nil {
 		return err
+	}
+	if opts.Root == "" {
+		opts.Root = runcRoot()
 	}
 	// A failure to clean up is logged, not returned: containerd takes the exit of a failed
 	// delete action for the task's (255), while exit.json knows the real one, and it retries
 	// nothing that would do better. containerd logs the delete action's stderr as warnings.
-	if err := process.ForceDelete(ctx, opts, f.namespace, f.id, bundle); err != nil {
+	if err := process.ForceDelete(ctx, opts, f.namespace, f.id, dir); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: delete %s: cleanup incomplete, reporting the recorded exit: %s\n",
 			filepath.Base(os.Args[0]), f.id, errorLine(err))
 	}
-	removeStaleSocket(bundle)
-	x := recoverExit(bundle)
+	removeStaleSocket(dir)
+	x := recoverExit(dir)
 	out, err := proto.Marshal(&taskapi.DeleteResponse{
 		Pid: uint32(x.Pid), ExitStatus: uint32(x.ExitStatus), ExitedAt: timestamppb.New(x.ExitedAt),
 	})
@@ -60,28 +61,25 @@ func deleteAction(f flags) error {
 
 // recoverExit is the init's exit as exit.json recorded it, or 128+SIGKILL with the pid of
 // init.pid: runc delete --force killed it.
-func recoverExit(bundle string) task.ExitRecord {
-	if data, err := os.ReadFile(filepath.Join(bundle, "exit.json")); err == nil {
-		var r task.ExitRecord
-		if json.Unmarshal(data, &r) == nil && r.Pid > 0 {
-			return r
-		}
+func recoverExit(dir string) bundle.ExitRecord {
+	if r, err := bundle.ReadExit(dir); err == nil {
+		return r
 	}
-	r := task.ExitRecord{ExitStatus: 128 + int(unix.SIGKILL), ExitedAt: time.Now()}
-	if data, err := os.ReadFile(filepath.Join(bundle, "init.pid")); err == nil {
-		r.Pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+	r := bundle.ExitRecord{ExitStatus: 128 + int(unix.SIGKILL), ExitedAt: time.Now()}
+	if pid, err := bundle.ReadPidFile(filepath.Join(dir, bundle.InitPidFile)); err == nil {
+		r.Pid = pid
 	}
 	return r
 }
 
 // removeStaleSocket removes the socket named in the bundle's address file when nobody listens
 // on it any more: the shim that owned it died without cleaning up.
-func removeStaleSocket(bundle string) {
-	data, err := os.ReadFile(filepath.Join(bundle, "address"))
+func removeStaleSocket(dir string) {
+	address, err := bundle.ReadAddress(dir)
 	if err != nil {
 		return
 	}
-	path, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "unix://")
+	path, ok := strings.CutPrefix(address, "unix://")
 	if !ok || !filepath.IsAbs(path) {
 		return
 	}

@@ -9,4 +9,8 @@
 // MAX_SHIM_VERSION); containerd 2.3 and later send a bootstrap.v1.BootstrapParams and read a
 // BootstrapResult. It mirrors containerd v2.4 pkg/shim/shim.go (flags, run) and
 // cmd/containerd-shim-runc-v2/manager/manager_linux.go (Start with its grouping, Stop).
+//
+// It is the edge of the shim: the only package that reads the environment (SHIMWALK_SOCKET_DIR,
+// SHIMWALK_RUNC_ROOT, MAX_SHIM_VERSION, TTRPC_ADDRESS, SCHED_CORE). What the packages below need
+// of it, it passes down in their configuration.
 package bootstrap

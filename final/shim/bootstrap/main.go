@@ -14,9 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
+	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/server"
-	"github.com/shimwalk/shimwalk/final/shim/task"
 )
 
 // RuntimeName is the runtime operators name in containerd's configuration.
@@ -31,7 +32,6 @@ type flags struct {
 
 // Main runs the shim binary with args (without the program name) and returns its exit code.
 func Main(args []string, version, revision string) int {
-	task.Version = version
 	f, err := parseFlags(args)
 	if err == nil {
 		err = dispatch(f, version, revision)
@@ -95,13 +95,13 @@ func dispatch(f flags, version, revision string) error {
 	case "delete":
 		return deleteAction(f)
 	case "":
-		return serve(f)
+		return serve(f, version)
 	}
 	return fmt.Errorf("unknown action %q: want start or delete", f.action)
 }
 
 // serve is the long-lived shim.
-func serve(f flags) error {
+func serve(f flags, version string) error {
 	logger, logFile, err := openLog(f.debug)
 	if err != nil {
 		return err
@@ -112,17 +112,27 @@ func serve(f flags) error {
 		return err
 	}
 	return server.Serve(server.Config{
-		Namespace: f.namespace, ID: f.id, Log: logger, Listener: ln,
-		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"),
+		Namespace: f.namespace, ID: f.id, Version: version, Log: logger, Listener: ln,
+		TTRPCAddress: os.Getenv("TTRPC_ADDRESS"), RuncRoot: runcRoot(),
 	})
+}
+
+// runcRoot is runc's state root for containers whose runtime options name none: the operator's
+// SHIMWALK_RUNC_ROOT, or process.DefaultRuncRoot. The long-lived shim and the delete action,
+// which containerd starts with the same environment, read it here and nowhere else.
+func runcRoot() string {
+	if root := os.Getenv("SHIMWALK_RUNC_ROOT"); root != "" {
+		return root
+	}
+	return process.DefaultRuncRoot
 }
 
 // openLog returns where the long-lived shim logs: the bundle's `log` FIFO that containerd
 // reads, or shim.log in the bundle when nobody created one.
 func openLog(debug bool) (*slog.Logger, *os.File, error) {
-	f, err := openLogFIFO("log")
+	f, err := openLogFIFO(bundle.LogFIFO)
 	if err != nil {
-		f, err = openLogFile("shim.log")
+		f, err = openLogFile(bundle.ShimLogFile)
 		if err != nil {
 			return nil, nil, err
 		}

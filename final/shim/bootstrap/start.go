@@ -25,7 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/shimwalk/shimwalk/final/internal/fsutil"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/internal/identifiers"
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/process"
@@ -100,11 +100,9 @@ func readRequest(f flags, in []byte) (request, error) {
 // group is the id that names the shim: the container's own, or the group annotation of its
 // spec, so that a pod's containers share one shim.
 func group(f flags) (string, error) {
-	if _, err := os.Lstat("config.json"); errors.Is(err, os.ErrNotExist) {
-		return f.id, nil // no spec yet: the shim is this container's alone
-	}
-	// Bounded: the spec is read whole, and this runs before anything else has checked it.
-	annotations, err := process.ReadAnnotations("config.json")
+	// Bounded: the spec is read whole, and this runs before anything else has checked it. No
+	// spec yet means no annotations: the shim is this container's alone.
+	annotations, err := bundle.ReadAnnotations(".")
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +146,7 @@ func start(f flags) error {
 	ln, err := listen(path)
 	if errors.Is(err, unix.EADDRINUSE) {
 		// A shim for this group already serves here: hand containerd the same address.
-		if err := fsutil.WriteFileAtomic("address", []byte(address), 0o600); err != nil {
+		if err := bundle.WriteAddress(".", address); err != nil {
 			return err
 		}
 		return reply(f, req, address)
@@ -186,12 +184,14 @@ func launched(pid int, address string) (err error) {
 			}
 		}
 	}()
-	for _, file := range []struct{ name, data string }{{"shim.pid", strconv.Itoa(pid)}, {"address", address}} {
-		if err := fsutil.WriteFileAtomic(file.name, []byte(file.data), 0o600); err != nil {
-			return err
-		}
-		written = append(written, file.name)
+	if err := bundle.WritePidFile(bundle.ShimPidFile, pid); err != nil {
+		return err
 	}
+	written = append(written, bundle.ShimPidFile)
+	if err := bundle.WriteAddress(".", address); err != nil {
+		return err
+	}
+	written = append(written, bundle.AddressFile)
 	return adjustOOMScore(pid)
 }
 
@@ -301,11 +301,7 @@ func reply(f flags, req request, address string) error {
 		_, err := fmt.Fprint(os.Stdout, address)
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(struct {
-		Version  int    `json:"version"`
-		Address  string `json:"address"`
-		Protocol string `json:"protocol"`
-	}{version, address, "ttrpc"})
+	return json.NewEncoder(os.Stdout).Encode(bundle.Bootstrap{Version: version, Address: address, Protocol: "ttrpc"})
 }
 
 // The forms of start's reply, one per bootstrap generation of containerd.
@@ -337,7 +333,7 @@ func replyForm(req request) (form string, version int) {
 // alone, so the line goes to the bundle's log FIFO, which containerd reads from before it runs
 // start and copies into its own log. Without a reader there is nobody to tell, and start goes on.
 func logReply(f flags, form string, version int, address string) {
-	out, err := openLogFIFO("log")
+	out, err := openLogFIFO(bundle.LogFIFO)
 	if err != nil {
 		return
 	}

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The event publisher: a bounded queue of task events, drained in order by one goroutine that
+// forwards each to containerd's ttrpc Events service until it is taken. It mirrors containerd
+// v2.4 pkg/shim/publisher.go (RemoteEventsPublisher.Publish, processQueue, forwardRequest).
+
 package events
 
 import (
@@ -33,8 +37,8 @@ const (
 	TopicOOM          = "/tasks/oom"
 )
 
-// DefaultMaxQueued bounds the events kept while containerd is away.
-const DefaultMaxQueued = 1024
+// defaultMaxQueued bounds the events kept while containerd is away.
+const defaultMaxQueued = 1024
 
 // maxBackoff is the longest pause between two attempts, and so about the longest delay
 // between containerd coming back and the queue starting to drain.
@@ -67,7 +71,7 @@ func NewPublisher(address, namespace string, log *slog.Logger) *Publisher {
 		address:   strings.TrimPrefix(address, "unix://"),
 		namespace: namespace,
 		log:       log,
-		maxQueued: DefaultMaxQueued,
+		maxQueued: defaultMaxQueued,
 		ready:     make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		ctx:       ctx,
@@ -194,7 +198,7 @@ func (p *Publisher) Close(ctx context.Context) {
 	p.wake()
 	if failing {
 		// Nobody is taking events now; waiting would only delay the exit.
-		p.log.Warn("events not forwarded at exit", "queued", p.Pending())
+		p.log.Warn("events not forwarded at exit", "queued", p.pending())
 		p.abort()
 		<-p.done
 		return
@@ -202,14 +206,14 @@ func (p *Publisher) Close(ctx context.Context) {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		p.log.Warn("events not forwarded at exit", "queued", p.Pending())
+		p.log.Warn("events not forwarded at exit", "queued", p.pending())
 		p.abort()
 		<-p.done
 	}
 }
 
-// Pending is the number of events not yet forwarded.
-func (p *Publisher) Pending() int {
+// pending is the number of events not yet forwarded.
+func (p *Publisher) pending() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.queue)

@@ -11,5 +11,6 @@
 // every state are one table per kind of process (state.go), which each operation consults.
 // The exit of a process lives in one place, a channel closed on exit, that every Wait sleeps
 // on. init.go holds the init's life cycle, exec.go the exec's, state.go the state machine,
-// runcerror.go what runc's failures mean and forcedelete.go the delete action's runc side.
+// runtime.go the runc CLI, runcerror.go what runc's failures mean and forcedelete.go the
+// delete action's runc side.
 package process

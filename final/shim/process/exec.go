@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/stdio"
 )
 
@@ -110,11 +111,9 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 		}
 	}()
 	p := e.parent
-	// Not <id>.pid: exec ids are the caller's to choose, and "init" or "shim" would replace the
-	// bundle's init.pid or shim.pid, which the delete action and containerd read once the shim
-	// is gone. Removed once read: the bundle lives in tmpfs as long as the container runs, and
-	// exec probes would leave a file there every few seconds.
-	pidFile := filepath.Join(p.Bundle, "exec-"+e.id+".pid")
+	// Removed once read: the bundle lives in tmpfs as long as the container runs, and exec
+	// probes would leave a file there every few seconds.
+	pidFile := filepath.Join(p.Bundle, bundle.ExecPidFile(e.id))
 	defer os.Remove(pidFile)
 	opts := &runc.ExecOpts{Detach: true, PidFile: pidFile}
 	// A logging binary gets the exec's id as CONTAINER_ID, as from containerd's shim.

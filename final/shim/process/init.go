@@ -8,68 +8,22 @@ package process
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/api/types/task"
-	"github.com/containerd/errdefs"
 	runc "github.com/containerd/go-runc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/stdio"
 )
 
-// DefaultRuncRoot is runc's state root when neither the runtime options nor
-// SHIMWALK_RUNC_ROOT name one; each namespace gets a directory below it.
-const DefaultRuncRoot = "/run/shimwalk/runc"
-
 // deleted is the status of a process after Delete: it exists for no one any more.
 const deleted = task.Status_UNKNOWN
-
-// Options are the runtime options that shape how runc runs (api/types/runc/options.Options).
-type Options struct {
-	BinaryName    string // the runc-compatible binary: runc, crun, ...
-	Root          string // runc's state root, the namespace below it
-	SystemdCgroup bool
-	NoPivotRoot   bool
-	NoNewKeyring  bool
-	IoUID, IoGID  int // owner of the stdio pipes
-	CriuImagePath string
-	CriuWorkPath  string
-}
-
-// NewRuntime returns the runc CLI for a container of namespace with its bundle at bundle.
-// Each namespace gets its own state root, so equal ids in different namespaces do not collide.
-func NewRuntime(o Options, namespace, bundle string) *runc.Runc {
-	root := o.Root
-	if root == "" {
-		root = os.Getenv("SHIMWALK_RUNC_ROOT")
-	}
-	if root == "" {
-		root = DefaultRuncRoot
-	}
-	binary := o.BinaryName
-	if binary == "" {
-		binary = "runc"
-	}
-	return &runc.Runc{
-		Command:       binary,
-		Root:          filepath.Join(root, namespace),
-		Log:           filepath.Join(bundle, "log.json"),
-		LogFormat:     runc.JSON,
-		SystemdCgroup: o.SystemdCgroup,
-		// A runc the shim started must not outlive the shim half-way through an operation.
-		PdeathSignal: unix.SIGKILL,
-	}
-}
 
 // CreateConfig is what Create needs to make a container's init process.
 type CreateConfig struct {
@@ -105,9 +59,9 @@ type Init struct {
 // NewInit mounts the rootfs, wires stdio and runs runc create (or runc restore). On failure it
 // leaves nothing behind: no mount, no runc state, no copy goroutine.
 func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
-	// The caller has run CheckBundle before writing anything into the bundle; reading a
+	// The caller has run bundle.Check before writing anything into the bundle; reading a
 	// config.json of up to MaxSpecSize twice per Create would buy nothing.
-	if err := prepareRuncLog(filepath.Join(cfg.Bundle, "log.json")); err != nil {
+	if err := bundle.PrepareRuncLog(cfg.Bundle); err != nil {
 		return nil, err
 	}
 	p := &Init{
@@ -119,7 +73,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		monitor:   cfg.Monitor,
 	}
 	if len(cfg.Rootfs) > 0 {
-		p.rootfs = filepath.Join(cfg.Bundle, "rootfs")
+		p.rootfs = filepath.Join(cfg.Bundle, bundle.RootfsDir)
 		if err := mountRootfs(cfg.Rootfs, p.rootfs); err != nil {
 			return nil, err
 		}
@@ -152,7 +106,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		}
 	}()
 
-	pidFile := filepath.Join(cfg.Bundle, "init.pid")
+	pidFile := filepath.Join(cfg.Bundle, bundle.InitPidFile)
 	if cfg.Checkpoint != "" {
 		// As containerd's runc shim does: the checkpoint is recorded now and restored by
 		// Start, which containerd calls next and which would refuse a running task. Until
@@ -179,106 +133,6 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 	// runc init waits in the container's cgroup now: the count from here on is this container's.
 	p.oom = newOOMCount(pid)
 	return p, nil
-}
-
-// MaxSpecSize bounds config.json. Real specs are a few KiB; a bigger one is a mistake or an
-// attack, and the start action and runc would each read all of it into memory.
-const MaxSpecSize = 4 << 20
-
-// CheckBundle refuses, with InvalidArgument, a bundle the shim must not write into or hand to
-// runc: a relative path, anything but a directory (a symlink would send the shim's files
-// elsewhere), or one whose config.json is missing, not a regular file, larger than
-// MaxSpecSize or not a JSON runtime spec.
-func CheckBundle(bundle string) error {
-	if !filepath.IsAbs(bundle) {
-		return fmt.Errorf("bundle %q is not an absolute path: %w", bundle, errdefs.ErrInvalidArgument)
-	}
-	st, err := os.Lstat(bundle)
-	switch {
-	case err != nil && requestError(err):
-		return fmt.Errorf("bundle %s: %v: %w", bundle, err, errdefs.ErrInvalidArgument)
-	case err != nil:
-		return fmt.Errorf("bundle %s: %w", bundle, err)
-	case st.Mode()&os.ModeSymlink != 0:
-		return fmt.Errorf("bundle %s is a symlink, not a directory: %w", bundle, errdefs.ErrInvalidArgument)
-	case !st.IsDir():
-		return fmt.Errorf("bundle %s is not a directory: %w", bundle, errdefs.ErrInvalidArgument)
-	}
-	var spec struct {
-		OCIVersion string `json:"ociVersion"`
-	}
-	return readSpec(filepath.Join(bundle, "config.json"), &spec)
-}
-
-// requestError tells a path the request got wrong (missing, not a directory, a symlink where
-// none may be) from a failure of the host's (EACCES, EMFILE, EIO), which is not InvalidArgument.
-func requestError(err error) bool {
-	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
-}
-
-// ReadAnnotations reads the annotations of the runtime spec at path, refusing with
-// InvalidArgument what CheckBundle refuses. Only the one field is decoded: the start action,
-// which needs it to find a container's group, runs on the path of every container start, and
-// decoding a whole specs.Spec costs a fresh process encoding/json's field tables for every type
-// in it (0.3 ms of a 4.5 ms start action, with a small spec).
-func ReadAnnotations(path string) (map[string]string, error) {
-	var spec struct {
-		Annotations map[string]string `json:"annotations"`
-	}
-	if err := readSpec(path, &spec); err != nil {
-		return nil, err
-	}
-	return spec.Annotations, nil
-}
-
-// readSpec decodes the runtime spec at path into spec. CheckBundle decodes one field: the
-// daemon only validates config.json, and decoding a whole specs.Spec builds encoding/json's
-// field tables for every type in it, which stay in the shim's heap for good.
-func readSpec(path string, spec any) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil && requestError(err) {
-		return fmt.Errorf("bundle %s has no config.json: %v: %w", filepath.Dir(path), err, errdefs.ErrInvalidArgument)
-	}
-	if err != nil {
-		return fmt.Errorf("open config.json: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("config.json: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
-	}
-	if st.Size() > MaxSpecSize {
-		return fmt.Errorf("%s is %d bytes, more than %d: %w", path, st.Size(), MaxSpecSize, errdefs.ErrInvalidArgument)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSpecSize+1))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > MaxSpecSize {
-		return fmt.Errorf("%s is more than %d bytes: %w", path, MaxSpecSize, errdefs.ErrInvalidArgument)
-	}
-	if err := json.Unmarshal(data, spec); err != nil {
-		return fmt.Errorf("%s is not a runtime spec: %v: %w", path, err, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
-// prepareRuncLog makes runc's log a regular file of the bundle's own before runc first runs:
-// runc opens it to append and follows a symlink, which would have it write elsewhere.
-func prepareRuncLog(path string) error {
-	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() {
-		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("replace %s: %w", path, err)
-		}
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // Start runs runc start on a created container.

@@ -9,26 +9,27 @@ package process
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	runc "github.com/containerd/go-runc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
-// KillAllOnExit reports whether the exit of the init of the container in bundle leaves
+// KillAllOnExit reports whether the exit of the init of the container in dir leaves
 // processes behind that nobody else ends. An init with a PID namespace of its own takes every
 // process of it down with it. One that joined another's (a pod's containers sharing its
 // namespace) or has none (host PID) does not: its children live on, reparented, holding the
 // container's stdout and stderr, and its output never ends. A spec that cannot be read gets
 // the kill, as in the reference: a kill too many hits only processes that are dying anyway.
-func KillAllOnExit(bundle string) bool {
+func KillAllOnExit(dir string) bool {
 	var spec struct {
 		Linux *struct {
 			Namespaces []specs.LinuxNamespace `json:"namespaces"`
 		} `json:"linux"`
 	}
-	if err := readSpec(filepath.Join(bundle, "config.json"), &spec); err != nil || spec.Linux == nil {
+	if err := bundle.ReadSpec(dir, &spec); err != nil || spec.Linux == nil {
 		return true
 	}
 	for _, ns := range spec.Linux.Namespaces {

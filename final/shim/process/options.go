@@ -4,9 +4,7 @@ package process
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -16,7 +14,6 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/shimwalk/shimwalk/final/internal/fsutil"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -145,33 +142,4 @@ func ParseResources(a *anypb.Any) (*specs.LinuxResources, error) {
 		return nil, fmt.Errorf("resources are not LinuxResources JSON: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	return &r, nil
-}
-
-// optionsFile is where a container's runtime options are kept in its bundle: the delete action,
-// run when the shim is gone, must drive the same runc binary and root as the shim did.
-const optionsFile = "options.json"
-
-// SaveOptions records o in bundle.
-func SaveOptions(bundle string, o Options) error {
-	data, err := json.Marshal(o)
-	if err != nil {
-		return fmt.Errorf("encode options: %w", err)
-	}
-	return fsutil.WriteFileAtomic(filepath.Join(bundle, optionsFile), data, 0o600)
-}
-
-// LoadOptions reads the options SaveOptions recorded in bundle; none recorded means defaults.
-func LoadOptions(bundle string) (Options, error) {
-	var o Options
-	data, err := os.ReadFile(filepath.Join(bundle, optionsFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return o, nil
-	}
-	if err != nil {
-		return o, fmt.Errorf("read %s: %w", optionsFile, err)
-	}
-	if err := json.Unmarshal(data, &o); err != nil {
-		return o, fmt.Errorf("%s: %w", optionsFile, err)
-	}
-	return o, nil
 }

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The reap loop: on every SIGCHLD, wait4(-1) until nothing is left, each exit to the command
+// that waits for it or else to the subscribers. It mirrors containerd v2.4
+// pkg/sys/reaper/reaper_unix.go (Reap, reap, exitStatus, Monitor.Start, Monitor.Wait,
+// Monitor.Subscribe) and the SIGCHLD loop of pkg/shim/shim_unix.go (reap).
+
 package reaper
 
 import (

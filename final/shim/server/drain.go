@@ -4,6 +4,7 @@
 // its replies to chance: the process may end before the Shutdown reply is written, which is
 // why containerd takes a closed connection from Shutdown for success. Here the shim waits for
 // its clients to hang up.
+
 package server
 
 import (

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The Task service under both API names, registered by hand. It mirrors service.RegisterTTRPC
+// in containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go, which registers v3 alone; v2
+// is what containerd 1.x calls, and what core/runtime/v2/bridge.go NewTaskClient picks for a
+// shim whose bootstrap reply says version 2.
+
 package server
 
 import (
@@ -13,8 +18,8 @@ import (
 // Service names of the Task API generations. Their messages are the same on the wire, so one
 // implementation on the v2 types serves both.
 const (
-	TaskV2 = "containerd.task.v2.Task"
-	TaskV3 = "containerd.task.v3.Task"
+	taskV2 = "containerd.task.v2.Task"
+	taskV3 = "containerd.task.v3.Task"
 )
 
 // method adapts a typed handler to ttrpc's untyped one.
@@ -52,6 +57,6 @@ func registerTask(srv *ttrpc.Server, svc taskapi.TTRPCTaskService) {
 		"Connect":    method(svc.Connect),
 		"Shutdown":   method(svc.Shutdown),
 	}}
-	srv.RegisterService(TaskV2, desc)
-	srv.RegisterService(TaskV3, desc)
+	srv.RegisterService(taskV2, desc)
+	srv.RegisterService(taskV3, desc)
 }

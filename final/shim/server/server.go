@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The long-lived shim's main loop: the listener from fd 3, the subreaper and its loops, the
+// ttrpc server, and the order in which it all stops. It mirrors containerd v2.4
+// pkg/shim/shim.go (run, serve) and pkg/shim/shim_unix.go (serveListener, setupSignals).
+
 package server
 
 import (
@@ -30,12 +34,16 @@ import (
 type Config struct {
 	Namespace string
 	ID        string
-	Log       *slog.Logger
+	// Version is the shim's version, which Connect reports.
+	Version string
+	Log     *slog.Logger
 	// Listener is the socket the start helper bound; Serve removes its file when it stops
 	// listening, if the path still names that socket.
 	Listener *net.UnixListener
 	// TTRPCAddress is containerd's Events service (TTRPC_ADDRESS).
 	TTRPCAddress string
+	// RuncRoot is runc's state root for containers whose runtime options name none.
+	RuncRoot string
 }
 
 // InheritedListener is the socket the start helper passed as fd 3.
@@ -99,7 +107,10 @@ func Serve(cfg Config) error {
 		cfg.Log.Warn("no oom watcher: only OOM kills of a container's processes that exit are reported", "err", err)
 		oom = nil
 	}
-	svc = task.New(task.Config{Namespace: cfg.Namespace, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom, Shutdown: requestShutdown})
+	svc = task.New(task.Config{
+		Namespace: cfg.Namespace, Version: cfg.Version, Log: cfg.Log, Events: pub, Reaper: r, OOM: oom,
+		RuncRoot: cfg.RuncRoot, Shutdown: requestShutdown,
+	})
 	if oom != nil {
 		loops.Add(1)
 		go func() { defer loops.Done(); oom.Run(ctx) }()

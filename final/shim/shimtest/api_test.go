@@ -23,6 +23,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // overlayMounts are rootfs mounts for a Create request, with their upper and work directories
@@ -53,7 +54,7 @@ func answers(t *testing.T, k *testkit.Task) {
 	if int(resp.ShimPid) != k.ShimPid {
 		t.Fatalf("Connect reached shim %d, want %d", resp.ShimPid, k.ShimPid)
 	}
-	if log, _ := os.ReadFile(filepath.Join(k.Bundle, "shim.log")); strings.Contains(string(log), "panic") {
+	if log, _ := os.ReadFile(filepath.Join(k.Bundle, bundle.ShimLogFile)); strings.Contains(string(log), "panic") {
 		t.Errorf("the shim's log reports a panic:\n%s", log)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // dirState is what a directory holds, name by name, with each file's size and mode: enough to
@@ -74,10 +75,10 @@ func TestCreateRefusesBadBundles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An exit.json that a Create in this bundle would remove as stale.
-	if err := os.WriteFile(filepath.Join(target, "exit.json"), []byte(`{"pid":1}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(target, bundle.ExitFile), []byte(`{"pid":1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bundle := func(id string, write func(dir string) error) string {
+	newBundle := func(id string, write func(dir string) error) string {
 		dir, err := d.CreateBundle(id)
 		if err != nil {
 			t.Fatal(err)
@@ -98,20 +99,20 @@ func TestCreateRefusesBadBundles(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	malformed := bundle("malformed", func(dir string) error {
-		return os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"ociVersion": "1.0.2", "process": {`), 0o600)
+	malformed := newBundle("malformed", func(dir string) error {
+		return os.WriteFile(filepath.Join(dir, bundle.ConfigFile), []byte(`{"ociVersion": "1.0.2", "process": {`), 0o600)
 	})
-	huge := bundle("huge", func(dir string) error {
+	huge := newBundle("huge", func(dir string) error {
 		// Valid JSON, 20 MiB of it.
 		spec := driver.DefaultSpec(d.Namespace, "huge", driver.SpecOptions{Args: []string{"true"}, Rootfs: testkit.Rootfs(t)})
 		spec.Annotations = map[string]string{"padding": strings.Repeat("x", 20<<20)}
 		return driver.WriteSpec(dir, spec)
 	})
-	notSpec := bundle("notspec", func(dir string) error {
-		return os.WriteFile(filepath.Join(dir, "config.json"), []byte(`["a", "list"]`), 0o600)
+	notSpec := newBundle("notspec", func(dir string) error {
+		return os.WriteFile(filepath.Join(dir, bundle.ConfigFile), []byte(`["a", "list"]`), 0o600)
 	})
-	specLink := bundle("speclink", func(dir string) error {
-		return os.Symlink(filepath.Join(target, "config.json"), filepath.Join(dir, "config.json"))
+	specLink := newBundle("speclink", func(dir string) error {
+		return os.Symlink(filepath.Join(target, bundle.ConfigFile), filepath.Join(dir, bundle.ConfigFile))
 	})
 	cases := []struct{ name, id, bundle string }{
 		{"a bundle that is a regular file", "file", file},
@@ -197,15 +198,15 @@ func TestStdioMustBeFIFOs(t *testing.T) {
 	for name, io := range cases {
 		n++
 		id := "bad" + string(rune('a'+n))
-		bundle, err := d.NewBundle(id, driver.SpecOptions{Args: []string{"true"}, Rootfs: testkit.Rootfs(t), Readonly: true})
+		taskDir, err := d.NewBundle(id, driver.SpecOptions{Args: []string{"true"}, Rootfs: testkit.Rootfs(t), Readonly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = k.Conn.Task.Create(rpcCtx(t, 30*time.Second), &taskapi.CreateTaskRequest{
-			ID: id, Bundle: bundle, Stdin: io.stdin, Stdout: io.stdout, Stderr: io.stderr,
+			ID: id, Bundle: taskDir, Stdin: io.stdin, Stdout: io.stdout, Stderr: io.stderr,
 		})
 		expectCode(t, "Create with "+name, err, codes.InvalidArgument)
-		if _, err := os.Stat(filepath.Join(bundle, "init.pid")); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(taskDir, bundle.InitPidFile)); !os.IsNotExist(err) {
 			t.Errorf("Create with %s ran runc create: %v", name, err)
 		}
 		for _, terminal := range []bool{false, true} {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 const runtimeName = "io.containerd.shimwalk.v2"
@@ -110,7 +111,7 @@ func (c *cli) started(r testkit.Result) (driver.Bootstrap, int) {
 	if r.Code != 0 || r.Stderr != "" {
 		c.t.Fatalf("start: exit %d, stderr %q", r.Code, r.Stderr)
 	}
-	pid := testkit.ReadPid(c.t, filepath.Join(c.dir, "shim.pid"))
+	pid := testkit.ReadPid(c.t, filepath.Join(c.dir, bundle.ShimPidFile))
 	b, err := driver.ParseStartReply([]byte(r.Stdout))
 	if err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
@@ -185,7 +186,7 @@ func TestStartReplies(t *testing.T) {
 		if b != (driver.Bootstrap{Version: 2, Address: r.Stdout, Protocol: "ttrpc"}) {
 			t.Errorf("ParseStartReply = %+v", b)
 		}
-		if addr, _ := os.ReadFile(filepath.Join(c.dir, "address")); string(addr) != r.Stdout {
+		if addr, _ := os.ReadFile(filepath.Join(c.dir, bundle.AddressFile)); string(addr) != r.Stdout {
 			t.Errorf("address file %q, want %q", addr, r.Stdout)
 		}
 	})

@@ -22,6 +22,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // requireLayout is testkit.RequireCommand for what the host's cgroups must offer: it fails the
@@ -262,7 +263,7 @@ func TestShimCgroupV2InPrivateMount(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start with ShimCgroup %s: %v", group, err)
 	}
-	pid := testkit.ReadPid(t, filepath.Join(d.Bundle(id), "shim.pid"))
+	pid := testkit.ReadPid(t, filepath.Join(d.Bundle(id), bundle.ShimPidFile))
 	t.Cleanup(func() { shutdownAt(t, b.Address, pid) })
 	if got := cgroup2Path(t, pid); got != group {
 		t.Errorf("the shim is in the v2 cgroup %s, want %s", got, group)

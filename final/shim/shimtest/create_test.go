@@ -18,7 +18,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
-	"github.com/shimwalk/shimwalk/final/shim/process"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // createAsync runs Create in the background; its result comes on the channel, which the test
@@ -46,7 +46,7 @@ func TestOptionsRecordedBeforeRuncCreate(t *testing.T) {
 	t.Cleanup(func() { runc.Clear(t, "create") })
 	created := createAsync(k.Ctx(), k, req)
 	runc.WaitReached(t, "create", 30*time.Second)
-	o, err := process.LoadOptions(k.Bundle)
+	o, err := bundle.LoadOptions(k.Bundle)
 	if err != nil || o.BinaryName != runc.Path {
 		t.Errorf("while runc create runs, options.json gives %+v (%v), want the binary %s", o, err, runc.Path)
 	}
@@ -134,7 +134,7 @@ func TestCreateRefusesSymlinkedRootfs(t *testing.T) {
 	d := testkit.NewDriver(t, shimBinary(t))
 	k := testkit.NewTask(t, d, "rootfs-link", testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
 	elsewhere := testkit.TempDir(t)
-	rootfs := filepath.Join(k.Bundle, "rootfs")
+	rootfs := filepath.Join(k.Bundle, bundle.RootfsDir)
 	if err := os.RemoveAll(rootfs); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestCreateIDMappedRootfs(t *testing.T) {
 		t.Fatalf("Create with an idmapped overlay: %v", err)
 	}
 	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(k.Bundle, "rootfs", "bin"), &st); err != nil {
+	if err := unix.Stat(filepath.Join(k.Bundle, bundle.RootfsDir, "bin"), &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.Uid != 100000 || st.Gid != 100000 {

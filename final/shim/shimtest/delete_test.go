@@ -5,10 +5,12 @@
 package shimtest
 
 import (
-	"encoding/json"
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // TestDeleteActionIsBestEffort: when runc delete fails, the delete action still unmounts the
@@ -27,19 +30,14 @@ func TestDeleteActionIsBestEffort(t *testing.T) {
 	c := newCLI(t)
 	runc := testkit.NewFaultyRunc(t)
 	runc.Set(t, "delete", testkit.Fail)
-	write := func(name string, v any) {
-		data, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(c.dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := bundle.SaveOptions(c.dir, bundle.Options{BinaryName: runc.Path}); err != nil {
+		t.Fatal(err)
 	}
-	write("options.json", map[string]any{"BinaryName": runc.Path})
 	exitedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	write("exit.json", map[string]any{"pid": 4242, "exit_status": 7, "exited_at": exitedAt})
-	rootfs := filepath.Join(c.dir, "rootfs")
+	if err := bundle.WriteExit(c.dir, bundle.ExitRecord{Pid: 4242, ExitStatus: 7, ExitedAt: exitedAt}); err != nil {
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(c.dir, bundle.RootfsDir)
 	if err := os.Mkdir(rootfs, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -67,5 +65,27 @@ func TestDeleteActionIsBestEffort(t *testing.T) {
 	}
 	if m := testkit.Mounts(t, c.dir); len(m) > 0 {
 		t.Errorf("the rootfs is still mounted: %v", m)
+	}
+}
+
+// TestRuncRootFromTheEnvironment: with runtime options that name no root, runc keeps the
+// container's state under the root SHIMWALK_RUNC_ROOT names, which bootstrap reads once for the
+// long-lived shim and once for the delete action; both must find the same state.
+func TestRuncRootFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	d := testkit.NewDriver(t, shimBinary(t))
+	k := testkit.NewTask(t, d, "rooted", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
+	pid := k.Run()
+	if !slices.Contains(testkit.RuncContainers(t, d.Namespace), k.ID) {
+		t.Fatalf("runc under %s does not know %s: the shim kept its state elsewhere", testkit.RuncRoot(t), k.ID)
+	}
+	syscall.Kill(k.ShimPid, syscall.SIGKILL)
+	testkit.ExpectGone(t, k.ShimPid, "killed shim")
+	if _, err := d.DeleteShim(context.Background(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	testkit.ExpectGone(t, pid, "container of a deleted task")
+	if slices.Contains(testkit.RuncContainers(t, d.Namespace), k.ID) {
+		t.Errorf("the delete action left %s in runc's state under %s", k.ID, testkit.RuncRoot(t))
 	}
 }

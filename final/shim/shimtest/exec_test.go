@@ -23,6 +23,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // runExec adds, starts, waits for and deletes one exec through svc, with bounded contexts, and
@@ -244,9 +245,9 @@ func TestOneExecStartsOnce(t *testing.T) {
 
 // withoutPIDNamespace rewrites the spec of bundle so that its processes share the host's PID
 // namespace: the init's exit then takes nothing down with it.
-func withoutPIDNamespace(t *testing.T, bundle string) {
+func withoutPIDNamespace(t *testing.T, dir string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func withoutPIDNamespace(t *testing.T, bundle string) {
 	spec.Linux.Namespaces = slices.DeleteFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
 		return ns.Type == specs.PIDNamespace
 	})
-	if err := driver.WriteSpec(bundle, &spec); err != nil {
+	if err := driver.WriteSpec(dir, &spec); err != nil {
 		t.Fatal(err)
 	}
 }

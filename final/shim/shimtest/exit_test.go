@@ -16,6 +16,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // sameDriver is a second driver on d's state, as a restarted containerd would be.
@@ -76,7 +77,7 @@ func TestShimKilledUnderARunningContainer(t *testing.T) {
 	if !testkit.Alive(pid) {
 		t.Fatal("the container died with its shim")
 	}
-	if _, err := os.Stat(filepath.Join(k.Bundle, "exit.json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(k.Bundle, bundle.ExitFile)); !os.IsNotExist(err) {
 		t.Errorf("exit.json exists for a container that still runs: %v", err)
 	}
 
@@ -132,10 +133,10 @@ func TestExecPidFilesStayApart(t *testing.T) {
 			t.Fatalf("Start %s: %v", id, err)
 		}
 	}
-	if got := testkit.ReadPid(t, filepath.Join(k.Bundle, "init.pid")); got != pid {
+	if got := testkit.ReadPid(t, filepath.Join(k.Bundle, bundle.InitPidFile)); got != pid {
 		t.Errorf("init.pid says %d, want the init's %d", got, pid)
 	}
-	if got := testkit.ReadPid(t, filepath.Join(k.Bundle, "shim.pid")); got != k.ShimPid {
+	if got := testkit.ReadPid(t, filepath.Join(k.Bundle, bundle.ShimPidFile)); got != k.ShimPid {
 		t.Errorf("shim.pid says %d, want the shim's %d", got, k.ShimPid)
 	}
 

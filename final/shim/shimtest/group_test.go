@@ -18,14 +18,15 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 const groupLabel = "io.containerd.shimwalk.v2.group"
 
 // annotate adds annotations to the config.json of bundle.
-func annotate(t *testing.T, bundle string, annotations map[string]string) {
+func annotate(t *testing.T, dir string, annotations map[string]string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func annotate(t *testing.T, bundle string, annotations map[string]string) {
 		t.Fatal(err)
 	}
 	spec.Annotations = annotations
-	if err := driver.WriteSpec(bundle, &spec); err != nil {
+	if err := driver.WriteSpec(dir, &spec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -71,18 +72,18 @@ func TestGroupSharesOneShim(t *testing.T) {
 	})
 
 	for _, id := range ids {
-		bundle, err := d.NewBundle(id, driver.SpecOptions{Args: []string{"sleep", "100"}, Rootfs: rootfs, Readonly: true})
+		dir, err := d.NewBundle(id, driver.SpecOptions{Args: []string{"sleep", "100"}, Rootfs: rootfs, Readonly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		annotate(t, bundle, map[string]string{groupLabel: "pod-1"})
+		annotate(t, dir, map[string]string{groupLabel: "pod-1"})
 		b, err := d.StartShim(rpcCtx(t, 30*time.Second), id, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		addresses[id] = b.Address
 		if shimPid == 0 {
-			shimPid = testkit.ReadPid(t, filepath.Join(bundle, "shim.pid"))
+			shimPid = testkit.ReadPid(t, filepath.Join(dir, bundle.ShimPidFile))
 		}
 		if conns[id], err = d.Connect(rpcCtx(t, 5*time.Second), id); err != nil {
 			t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // afterRunc is a BinaryName that runs runc and then, at a subcommand a test arms, does what
@@ -91,7 +92,7 @@ func (a *afterRunc) reached() bool {
 // editSpec rewrites the task's config.json before Create.
 func editSpec(t *testing.T, k *testkit.Task, edit func(*specs.Spec)) {
 	t.Helper()
-	path := filepath.Join(k.Bundle, "config.json")
+	path := filepath.Join(k.Bundle, bundle.ConfigFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -538,7 +539,7 @@ func TestKilledInitTakesItsChildren(t *testing.T) {
 // only way to know that an RPC has reached the shim and stopped there.
 func blockedOnLock(t *testing.T, k *testkit.Task, fn string) bool {
 	t.Helper()
-	log := filepath.Join(k.Bundle, "shim.log")
+	log := filepath.Join(k.Bundle, bundle.ShimLogFile)
 	dumps := func() []string {
 		data, _ := os.ReadFile(log)
 		var found []string

@@ -19,13 +19,14 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // limitMemory sets the memory limit in the config.json of bundle, as `ctr run --memory-limit`
 // would.
-func limitMemory(t *testing.T, bundle string, limit int64) {
+func limitMemory(t *testing.T, dir string, limit int64) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func limitMemory(t *testing.T, bundle string, limit int64) {
 		spec.Linux.Resources = &specs.LinuxResources{}
 	}
 	spec.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &limit}
-	if err := driver.WriteSpec(bundle, &spec); err != nil {
+	if err := driver.WriteSpec(dir, &spec); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // unixSocketPaths are the paths of the unix sockets the kernel knows (/proc/net/unix); an
@@ -133,19 +133,19 @@ func untouched(t *testing.T, victims map[string]string) {
 func TestBundleFilesNotWrittenThroughSymlinks(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	victims := plant(t, c.dir, "address", "shim.pid", "shim.log", "address.tmp", "shim.pid.tmp")
+	victims := plant(t, c.dir, bundle.AddressFile, bundle.ShimPidFile, bundle.ShimLogFile, bundle.AddressFile+".tmp", bundle.ShimPidFile+".tmp")
 	b, pid := c.started(c.run(nil, nil, c.args("links", "start")...))
 	untouched(t, victims)
-	for _, name := range []string{"address", "shim.pid", "shim.log"} {
+	for _, name := range []string{bundle.AddressFile, bundle.ShimPidFile, bundle.ShimLogFile} {
 		st, err := os.Lstat(filepath.Join(c.dir, name))
 		if err != nil || !st.Mode().IsRegular() {
 			t.Errorf("%s in the bundle: %v, %v; want the shim's own regular file", name, st, err)
 		}
 	}
-	if addr, _ := os.ReadFile(filepath.Join(c.dir, "address")); string(addr) != b.Address {
+	if addr, _ := os.ReadFile(filepath.Join(c.dir, bundle.AddressFile)); string(addr) != b.Address {
 		t.Errorf("address holds %q, want %q", addr, b.Address)
 	}
-	if got, _ := driver.ReadPidFile(filepath.Join(c.dir, "shim.pid")); got != pid {
+	if got, _ := bundle.ReadPidFile(filepath.Join(c.dir, bundle.ShimPidFile)); got != pid {
 		t.Errorf("shim.pid holds %d, want %d", got, pid)
 	}
 }
@@ -156,20 +156,20 @@ func TestTaskFilesNotWrittenThroughSymlinks(t *testing.T) {
 	t.Parallel()
 	d := testkit.NewDriver(t, shimBinary(t))
 	k := testkit.NewTask(t, d, "links", testkit.TaskOptions{Args: []string{"sh", "-c", "exit 3"}, NullIO: true})
-	victims := plant(t, k.Bundle, "options.json", "init.pid", "log.json", "exit.json", "exit.json.tmp", "options.json.tmp")
+	victims := plant(t, k.Bundle, bundle.OptionsFile, bundle.InitPidFile, bundle.RuncLogFile, bundle.ExitFile, bundle.ExitFile+".tmp", bundle.OptionsFile+".tmp")
 	pid := k.Run()
 	if w := waitExec(t, k, ""); w.ExitStatus != 3 {
 		t.Errorf("the task exited %d, want 3", w.ExitStatus)
 	}
 	untouched(t, victims)
-	if got, _ := driver.ReadPidFile(filepath.Join(k.Bundle, "init.pid")); got != pid {
+	if got, _ := bundle.ReadPidFile(filepath.Join(k.Bundle, bundle.InitPidFile)); got != pid {
 		t.Errorf("init.pid holds %d, want %d", got, pid)
 	}
 	x := testkit.WaitExitRecord(t, k.Bundle)
 	if x.Pid != pid || x.ExitStatus != 3 {
 		t.Errorf("exit.json = %+v, want pid %d, status 3", x, pid)
 	}
-	for _, name := range []string{"options.json", "init.pid", "log.json", "exit.json"} {
+	for _, name := range []string{bundle.OptionsFile, bundle.InitPidFile, bundle.RuncLogFile, bundle.ExitFile} {
 		if st, err := os.Lstat(filepath.Join(k.Bundle, name)); err != nil || !st.Mode().IsRegular() {
 			t.Errorf("%s in the bundle: %v, %v; want a regular file", name, st, err)
 		}
@@ -186,7 +186,7 @@ func TestDeleteRemovesOnlySockets(t *testing.T) {
 	if err := os.WriteFile(victim, []byte("victim"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(c.dir, "address"), []byte("unix://"+victim), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(c.dir, bundle.AddressFile), []byte("unix://"+victim), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r := c.run(nil, nil, c.args("gone", "delete")...)

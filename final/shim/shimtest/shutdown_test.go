@@ -23,6 +23,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // TestShutdownReplies: the reply to Shutdown reaches the caller before the shim exits, every
@@ -37,7 +38,7 @@ func TestShutdownReplies(t *testing.T) {
 		if r.Code != 0 {
 			t.Fatalf("start: exit %d, stderr %q", r.Code, r.Stderr)
 		}
-		pid := testkit.ReadPid(t, filepath.Join(c.dir, "shim.pid"))
+		pid := testkit.ReadPid(t, filepath.Join(c.dir, bundle.ShimPidFile))
 		b, err := driver.ParseStartReply([]byte(r.Stdout))
 		if err != nil {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -121,13 +122,13 @@ func TestStoppingShimLeavesANewSocket(t *testing.T) {
 	})
 
 	// The same id started again, from a bundle of its own, as after a container's restart.
-	bundle := testkit.TempDir(t)
-	cmd := startByHand(t, bundle, d, id)
+	dir := testkit.TempDir(t)
+	cmd := startByHand(t, dir, d, id)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("second start: %v, stderr %s", err, stderrOf(err))
 	}
-	newPid := testkit.ReadPid(t, filepath.Join(bundle, "shim.pid"))
+	newPid := testkit.ReadPid(t, filepath.Join(dir, bundle.ShimPidFile))
 	b, err := driver.ParseStartReply(out)
 	if err != nil {
 		syscall.Kill(newPid, syscall.SIGKILL)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // referenceAddress is the address containerd's runc shim derives for a shim of containerd
@@ -110,7 +111,7 @@ func TestSocketDirectory(t *testing.T) {
 		if r.Code == 0 || r.Stdout != "" || !strings.Contains(r.Stderr, want) || strings.Count(r.Stderr, "\n") != 1 {
 			t.Errorf("start: exit %d, stdout %q, stderr %q; want a failure that says %q", r.Code, r.Stdout, r.Stderr, want)
 		}
-		for _, name := range []string{"shim.pid", "address"} {
+		for _, name := range []string{bundle.ShimPidFile, bundle.AddressFile} {
 			if _, err := os.Lstat(filepath.Join(c.dir, name)); err == nil {
 				t.Errorf("a refused start wrote %s", name)
 			}
@@ -153,7 +154,7 @@ func TestSocketDirectory(t *testing.T) {
 // never learns of them and would never send Shutdown.
 func TestFailedStartLeavesNoShim(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"shim.pid", "address"} {
+	for _, name := range []string{bundle.ShimPidFile, bundle.AddressFile} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			c := newCLI(t)
@@ -168,7 +169,7 @@ func TestFailedStartLeavesNoShim(t *testing.T) {
 			if entries, _ := os.ReadDir(c.sockets); len(entries) > 0 {
 				t.Errorf("the failed start left %s in the socket directory", entries[0].Name())
 			}
-			for _, other := range []string{"shim.pid", "address"} {
+			for _, other := range []string{bundle.ShimPidFile, bundle.AddressFile} {
 				if st, err := os.Lstat(filepath.Join(c.dir, other)); other != name && err == nil {
 					t.Errorf("the failed start left %s (%v) naming a shim it killed", other, st.Mode())
 				}

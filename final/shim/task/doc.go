@@ -9,4 +9,9 @@
 // kill of what an init without its own PID namespace leaves, handleProcessExit) and
 // runc/container.go (a container with its init and execs). One service serves every container
 // of a shim, so that containers grouped into one shim share it.
+//
+// service.go holds the service and its configuration, containers.go the container table and
+// the lookup, lifecycle.go the RPCs that add and remove processes (Create, Exec, Start,
+// Delete), control.go the RPCs on a process that exists, and exits.go the order in which
+// exits become TaskExit events.
 package task

@@ -25,7 +25,7 @@ import (
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/api/types/runc/options"
-	apitask "github.com/containerd/containerd/api/types/task"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	runc "github.com/containerd/go-runc"
 	"github.com/containerd/ttrpc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -36,6 +36,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/events"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 	"github.com/shimwalk/shimwalk/final/shim/reaper"
@@ -157,8 +158,6 @@ func newHarness(f *testing.F) *harness {
 	rootfs := testkit.Rootfs(f)
 	dir := testkit.TempDir(f)
 	h := &harness{dir: dir, runc: filepath.Join(dir, "runc", fuzzNamespace), bundles: map[string]string{}}
-	// Read by process.NewRuntime; an input's runtime options cannot name another root.
-	f.Setenv("SHIMWALK_RUNC_ROOT", filepath.Join(dir, "runc"))
 
 	cgroups := "/shimwalk-test/" + filepath.Base(testkit.WorkDir(f)) + "/fuzz-" + filepath.Base(dir)
 	spec := func(name string, args ...string) *specs.Spec {
@@ -184,7 +183,7 @@ func newHarness(f *testing.F) *harness {
 	}
 	h.bundles["noconfig"] = mkdir("noconfig")
 	h.bundles["badjson"] = mkdir("badjson")
-	if err := os.WriteFile(filepath.Join(h.bundles["badjson"], "config.json"), []byte(`{"ociVersion": `), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(h.bundles["badjson"], bundle.ConfigFile), []byte(`{"ociVersion": `), 0o644); err != nil {
 		f.Fatal(err)
 	}
 	h.bundles["file"] = filepath.Join(dir, "file")
@@ -232,6 +231,8 @@ func newHarness(f *testing.F) *harness {
 	pub := events.NewPublisher(filepath.Join(dir, "no-events.sock"), fuzzNamespace, log)
 	h.svc = task.New(task.Config{
 		Namespace: fuzzNamespace, Log: log, Events: pub, Reaper: r,
+		// An input's runtime options cannot name another root.
+		RuncRoot: filepath.Join(h.dir, "runc"),
 		Shutdown: func() { h.mu.Lock(); h.shutdowns++; h.mu.Unlock() },
 	})
 	exits := r.Subscribe()
@@ -285,10 +286,10 @@ func (h *harness) ensureLive(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := h.svc.State(ctx, &taskapi.StateRequest{ID: live})
-	if err == nil && st.Status == apitask.Status_RUNNING {
+	if err == nil && st.Status == tasktypes.Status_RUNNING {
 		return
 	}
-	if err == nil && st.Status == apitask.Status_PAUSED {
+	if err == nil && st.Status == tasktypes.Status_PAUSED {
 		if _, err := h.svc.Resume(ctx, &taskapi.ResumeRequest{ID: live}); err != nil {
 			t.Fatalf("resume %s: %v", live, err)
 		}
@@ -320,13 +321,13 @@ func (h *harness) remove(t testing.TB, id, execID string) {
 	if err != nil {
 		return // gone already, or never made
 	}
-	if st.Status == apitask.Status_PAUSED {
+	if st.Status == tasktypes.Status_PAUSED {
 		_, _ = h.svc.Resume(ctx, &taskapi.ResumeRequest{ID: id})
 	}
-	if st.Status != apitask.Status_CREATED || execID == "" {
+	if st.Status != tasktypes.Status_CREATED || execID == "" {
 		_, _ = h.svc.Kill(ctx, &taskapi.KillRequest{ID: id, ExecID: execID, Signal: uint32(syscall.SIGKILL), All: execID == ""})
 	}
-	if st.Status != apitask.Status_CREATED {
+	if st.Status != tasktypes.Status_CREATED {
 		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 		_, werr := h.svc.Wait(wctx, &taskapi.WaitRequest{ID: id, ExecID: execID})
 		wcancel()

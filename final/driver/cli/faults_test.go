@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package cli_test
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // TestFaults kills shimctl (the driver, in containerd's place) or the final shim at each point
@@ -103,22 +104,27 @@ func (f *shimctlFault) strike(b *background, sub string) {
 	}
 }
 
-func (f *shimctlFault) shimPid() int {
+// started runs the task detached and returns the pids of its shim and its init.
+func (f *shimctlFault) started() (shim, init int) {
 	f.s.t.Helper()
-	pid := 0
-	testkit.Eventually(f.s.t, 10*time.Second, "no shim pid for "+f.id, func() bool {
-		_, err := fmt.Sscan(readFile(f.s.namespaced+"/"+f.id+"/shim.pid"), &pid)
-		return err == nil && pid > 0
-	})
-	return pid
+	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
+		f.s.t.Fatalf("run -d: %s", r.Stderr)
+	}
+	return f.shimPid(), f.initPid()
 }
 
-func (f *shimctlFault) initPid() int {
+func (f *shimctlFault) shimPid() int { return f.recordedPid(bundle.ShimPidFile) }
+
+func (f *shimctlFault) initPid() int { return f.recordedPid(bundle.InitPidFile) }
+
+// recordedPid waits until the bundle's pid file name holds a pid, and returns it.
+func (f *shimctlFault) recordedPid(name string) int {
 	f.s.t.Helper()
 	pid := 0
-	testkit.Eventually(f.s.t, 10*time.Second, "no init pid for "+f.id, func() bool {
-		_, err := fmt.Sscan(readFile(f.s.namespaced+"/"+f.id+"/init.pid"), &pid)
-		return err == nil && pid > 0
+	testkit.Eventually(f.s.t, 10*time.Second, "no "+name+" for "+f.id, func() bool {
+		var err error
+		pid, err = bundle.ReadPidFile(filepath.Join(f.s.namespaced, f.id, name))
+		return err == nil
 	})
 	return pid
 }
@@ -176,10 +182,7 @@ func (f *shimctlFault) deleteStopped() {
 
 func (f *shimctlFault) expectNothingLeft(pids ...int) {
 	f.s.t.Helper()
-	f.s.expectNoTask(f.id)
-	for _, pid := range pids {
-		testkit.ExpectGone(f.s.t, pid, fmt.Sprintf("process %d of %s", pid, f.id))
-	}
+	f.s.expectNoTask(f.id, pids...)
 	if shims := f.s.shims(); len(shims) > 0 {
 		f.s.t.Errorf("shims left: %v", shims)
 	}
@@ -188,10 +191,7 @@ func (f *shimctlFault) expectNothingLeft(pids ...int) {
 // afterStart: run -d has returned, so its driver is gone already. A new driver finds the task
 // RUNNING under the same shim. Shim killed: the new driver's ls cleans up, exit 137.
 func (f *shimctlFault) afterStart() {
-	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
-		f.s.t.Fatalf("run -d: %s", r.Stderr)
-	}
-	shim, pid := f.shimPid(), f.initPid()
+	shim, pid := f.started()
 	if f.victim == "shim" {
 		f.killShim()
 		f.expectDeletedByLs(pid, shim)
@@ -286,10 +286,7 @@ func (f *shimctlFault) duringWait() {
 // duringExec: runc exec is held. Driver killed: the exec is cancelled with the connection, and
 // the task is RUNNING with its init alone. Shim killed: ls cleans up, exit 137.
 func (f *shimctlFault) duringExec() {
-	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
-		f.s.t.Fatalf("run -d: %s", r.Stderr)
-	}
-	shim, pid := f.shimPid(), f.initPid()
+	shim, pid := f.started()
 	b := f.hold("exec", "task", "exec", "-d", "--exec-id", "e1", f.id, "--", "sleep", "100")
 	f.strike(b, "exec")
 	if f.victim == "shim" {
@@ -308,10 +305,7 @@ func (f *shimctlFault) duringExec() {
 // is cancelled with the connection; the new driver finds the task STOPPED with exit 137 and
 // deletes it. Shim killed: ls cleans up, exit 137.
 func (f *shimctlFault) duringDelete() {
-	if r := f.s.run(f.runArgs("-d")...); r.Code != 0 {
-		f.s.t.Fatalf("run -d: %s", r.Stderr)
-	}
-	shim, pid := f.shimPid(), f.initPid()
+	shim, pid := f.started()
 	if r := f.s.run("task", "kill", "-s", "KILL", f.id); r.Code != 0 {
 		f.s.t.Fatal(r.Stderr)
 	}

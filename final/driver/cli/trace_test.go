@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package cli_test
 
 import (
 	"os"
@@ -44,17 +44,8 @@ func TestTraceAddsUpInvocations(t *testing.T) {
 	if code := events.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("events ended with %d: %s", code, events.stderr.String())
 	}
-	f, err := os.Open(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	records, err := driver.ReadTrace(f, trace)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var seen []string
-	for _, r := range records {
+	for _, r := range readTrace(t, trace) {
 		switch r.Kind {
 		case driver.KindCommand:
 			seen = append(seen, strings.Join(append([]string{"command", r.Name}, r.Args...), " "))
@@ -127,17 +118,8 @@ func TestTraceServesEvents(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.state, "events.sock")); err == nil {
 		t.Error("the traced command left its events socket")
 	}
-	f, err := os.Open(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	records, err := driver.ReadTrace(f, trace)
-	if err != nil {
-		t.Fatal(err)
-	}
 	topics := map[string]bool{}
-	for _, r := range records {
+	for _, r := range readTrace(t, trace) {
 		if r.Kind == driver.KindEvent {
 			topics[r.Name] = true
 		}
@@ -157,25 +139,31 @@ func TestTraceUsage(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("{\"kind\":\"rpc\"}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
+	expectRefused(t, s.run, []refusal{
 		{[]string{"trace", "mermaid"}, 2, "takes one trace file"},
 		{[]string{"trace", "mermaid", filepath.Join(dir, "none")}, 1, "no such file"},
 		{[]string{"trace", "mermaid", bad}, 1, "bad.jsonl:1: not a trace record"},
 		{[]string{"--trace", bad, "trace", "mermaid", bad}, 2, "--trace does not go with the trace command"},
 		{[]string{"--trace", filepath.Join(dir, "no", "such", "dir"), "ls"}, 1, "open trace file"},
-	} {
-		r := s.run(tc.args...)
-		if r.Code != tc.code || !strings.Contains(r.Stderr, tc.want) {
-			t.Errorf("shimctl %q: %d %q, want %d and %q", tc.args, r.Code, r.Stderr, tc.code, tc.want)
-		}
-	}
+	})
 	if data, _ := os.ReadFile(bad); string(data) != "{\"kind\":\"rpc\"}\n" {
 		t.Errorf("the trace file was written to by trace mermaid: %q", data)
 	}
+}
+
+// readTrace reads the records of the trace file at path.
+func readTrace(t *testing.T, path string) []driver.Record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	records, err := driver.ReadTrace(f, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return records
 }
 
 // testkitDir is the directory holding s's state, for the test's own files.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package cli_test
 
 import (
 	"errors"
@@ -36,11 +36,7 @@ func TestExecTerminal(t *testing.T) {
 	p := s.onPty("task", "exec", "-t", "--exec-id", "sh", "xtty", "--", "sh")
 	p.shell()
 	// exec deletes the exec from the shim once it has ended.
-	r := s.run("task", "kill", "--exec-id", "sh", "xtty")
-	if r.Code != 1 {
-		t.Errorf("kill of the ended exec: exit %d, want 1", r.Code)
-	}
-	oneLine(t, "kill of the ended exec", r.Stderr, "exec sh in task xtty: not found")
+	expectError(t, "kill of the ended exec", s.run("task", "kill", "--exec-id", "sh", "xtty"), 1, "exec sh in task xtty: not found")
 }
 
 // TestTerminalRestoredOnFailure: a run -t that fails, or ends by a signal forwarded and a kill
@@ -51,8 +47,7 @@ func TestTerminalRestoredOnFailure(t *testing.T) {
 	rootfs := testkit.Rootfs(t)
 
 	t.Run("create fails", func(t *testing.T) {
-		s := *s
-		s.t = t
+		s := s.in(t)
 		s.track("ttyfail")
 		p := s.onPty("run", "-t", "--rm", "--runtime-binary", "/nonexistent/runtime", "--rootfs", rootfs, "ttyfail", "--", "sh")
 		p.expectExit(1)
@@ -61,8 +56,7 @@ func TestTerminalRestoredOnFailure(t *testing.T) {
 	})
 
 	t.Run("killed", func(t *testing.T) {
-		s := *s
-		s.t = t
+		s := s.in(t)
 		s.track("ttykill")
 		p := s.onPty("run", "-t", "--rm", "--rootfs", rootfs, "ttykill", "--", "sh")
 		// The shell prompts while Start's reply may still be on its way, and stdin is copied

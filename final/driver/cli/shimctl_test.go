@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+// The black-box tests of shimctl, in package cli_test: each builds the real shimctl and a shim,
+// and drives them through a private state directory as a user would (this file holds the
+// harness). The in-package unit tests, which run no binary, are in cli_test.go.
+
+package cli_test
 
 import (
 	"context"
@@ -27,6 +31,7 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
@@ -76,6 +81,21 @@ func (s *shimctl) run(args ...string) testkit.Result {
 	return testkit.Run(s.t, "", s.env, s.bin, append([]string{"--state", s.state, "--shim", s.shim}, args...)...)
 }
 
+// runBare runs shimctl with args but without --shim: the shim comes from --runtime, from
+// PATH, or from the bundle of the task named.
+func (s *shimctl) runBare(args ...string) testkit.Result {
+	s.t.Helper()
+	return testkit.Run(s.t, "", s.env, s.bin, append([]string{"--state", s.state}, args...)...)
+}
+
+// in is s for the subtest t: what it tracks is taken down, and what it checks is reported, as
+// t ends.
+func (s *shimctl) in(t *testing.T) *shimctl {
+	c := *s
+	c.t = t
+	return &c
+}
+
 // command is shimctl with args, to be started by the test.
 func (s *shimctl) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(s.bin, append([]string{"--state", s.state, "--shim", s.shim}, args...)...)
@@ -88,11 +108,11 @@ func (s *shimctl) command(args ...string) *exec.Cmd {
 // gone afterwards.
 func (s *shimctl) track(id string) {
 	s.t.Cleanup(func() {
-		bundle := filepath.Join(s.namespaced, id)
-		if _, err := os.Stat(bundle); err != nil {
+		dir := filepath.Join(s.namespaced, id)
+		if _, err := os.Stat(dir); err != nil {
 			return // deleted by the test
 		}
-		shimPid, _ := strconv.Atoi(strings.TrimSpace(readFile(filepath.Join(bundle, "shim.pid"))))
+		shimPid, _ := bundle.ReadPidFile(filepath.Join(dir, bundle.ShimPidFile))
 		s.run("task", "kill", "-s", "KILL", "--all", id)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -124,37 +144,24 @@ func (s *shimctl) checkNoShims() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, pid := range s.shims() {
-		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
-		s.t.Errorf("shim %d outlived the test: %s", pid, strings.Join(args, " "))
+		s.t.Errorf("shim %d outlived the test: %s", pid, strings.Join(driver.Cmdline(pid), " "))
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
 // shims lists the running shims started for this state directory.
 func (s *shimctl) shims() []int {
-	var pids []int
 	address := filepath.Join(s.state, "driver.sock")
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
-		i := slices.Index(args, "-address")
-		if i < 0 || i+1 >= len(args) || args[i+1] != address {
-			continue
-		}
-		if testkit.Alive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return driver.ProcessesWhere(func(args []string) bool { return driver.FlagValue(args, "address") == address })
 }
 
-// expectNoTask fails the test if anything of task id is left: bundle, FIFOs, runc state.
-func (s *shimctl) expectNoTask(id string) {
+// expectNoTask fails the test if anything of task id is left: one of its processes pids (once
+// they had their time to go), bundle, FIFOs, runc state.
+func (s *shimctl) expectNoTask(id string, pids ...int) {
 	s.t.Helper()
+	for _, pid := range pids {
+		testkit.ExpectGone(s.t, pid, fmt.Sprintf("process %d of %s", pid, id))
+	}
 	if _, err := os.Stat(filepath.Join(s.namespaced, id)); !errors.Is(err, os.ErrNotExist) {
 		s.t.Errorf("bundle of %s is left: %v", id, err)
 	}
@@ -163,6 +170,14 @@ func (s *shimctl) expectNoTask(id string) {
 	}
 	if slices.Contains(testkit.RuncContainers(s.t, "default"), id) {
 		s.t.Errorf("runc still knows %s", id)
+	}
+}
+
+// expectNoBundles fails the test if the namespace holds any bundle.
+func (s *shimctl) expectNoBundles() {
+	s.t.Helper()
+	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
+		s.t.Errorf("the namespace still holds %v", left)
 	}
 }
 
@@ -180,6 +195,17 @@ func (s *shimctl) status(id, want string) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// expectTrapped waits until the container's shell, pid, has set its trap for sig. The shell is
+// PID 1 of the container and gets no signal it does not catch, and Start returns once runc has
+// let the init go, which may be before the shell has even run: a signal sent before the trap is
+// lost, or ends runc's init with a status of its own.
+func expectTrapped(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("the shell %d never trapped signal %d", pid, sig), func() bool {
+		return testkit.ShellTraps(pid, sig)
+	})
 }
 
 // background starts shimctl with args and stops it with SIGKILL when the test ends, if it is
@@ -231,11 +257,30 @@ func (b *background) stop(t *testing.T, sig syscall.Signal) int {
 	return 0
 }
 
-// oneLine fails the test unless stderr is a single "shimctl: " line containing want.
-func oneLine(t *testing.T, what, stderr, want string) {
+// expectError fails the test unless shimctl, called as what, exited with code and said why in
+// a single "shimctl: " line on stderr containing want.
+func expectError(t *testing.T, what string, r testkit.Result, code int, want string) {
 	t.Helper()
-	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "shimctl: ") || !strings.Contains(stderr, want) {
-		t.Errorf("%s: stderr %q, want one line with %q", what, stderr, want)
+	if r.Code != code {
+		t.Errorf("%s: exit %d, want %d", what, r.Code, code)
+	}
+	if strings.Count(r.Stderr, "\n") != 1 || !strings.HasPrefix(r.Stderr, "shimctl: ") || !strings.Contains(r.Stderr, want) {
+		t.Errorf("%s: stderr %q, want one line with %q", what, r.Stderr, want)
+	}
+}
+
+// refusal is a call of shimctl that must fail: with exit code code and a line holding want.
+type refusal struct {
+	args []string
+	code int
+	want string
+}
+
+// expectRefused makes each call through run and checks how it fails.
+func expectRefused(t *testing.T, run func(args ...string) testkit.Result, calls []refusal) {
+	t.Helper()
+	for _, c := range calls {
+		expectError(t, "shimctl "+strings.Join(c.args, " "), run(c.args...), c.code, c.want)
 	}
 }
 
@@ -262,9 +307,7 @@ func TestRunRmFallsBackWithoutWait(t *testing.T) {
 		}
 	}
 	s.expectNoTask("rm")
-	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
-		t.Errorf("the namespace still holds %v", left)
-	}
+	s.expectNoBundles()
 }
 
 func TestDetachedTaskOnStep04(t *testing.T) {
@@ -276,7 +319,7 @@ func TestDetachedTaskOnStep04(t *testing.T) {
 	if r.Code != 0 || err != nil {
 		t.Fatalf("run -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "det", "shim.pid"))
+	shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "det", bundle.ShimPidFile))
 	if line := s.status("det", "RUNNING"); !strings.Contains(line, fmt.Sprintf(" pid %d ", pid)) {
 		t.Errorf("task state: %q, want pid %d", line, pid)
 	}
@@ -296,19 +339,13 @@ func TestDetachedTaskOnStep04(t *testing.T) {
 	if r := s.run("task", "kill", "-s", "KILL", "det"); r.Code != 0 {
 		t.Fatalf("task kill: exit %d: %s", r.Code, r.Stderr)
 	}
-	r = s.run("task", "wait", "det")
-	if r.Code != 1 {
-		t.Errorf("task wait on step 04: exit %d, want 1", r.Code)
-	}
-	oneLine(t, "task wait on step 04", r.Stderr, "step 04 does not implement Wait yet; it arrives in step 05")
+	expectError(t, "task wait on step 04", s.run("task", "wait", "det"), 1, "step 04 does not implement Wait yet; it arrives in step 05")
 	s.status("det", "STOPPED")
 	r = s.run("task", "delete", "det")
 	if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("pid %d, exit status 137", pid)) {
 		t.Errorf("task delete: exit %d, stdout %q, stderr %q; want pid %d, exit status 137", r.Code, r.Stdout, r.Stderr, pid)
 	}
-	testkit.ExpectGone(t, shimPid, "shim")
-	testkit.ExpectGone(t, pid, "container")
-	s.expectNoTask("det")
+	s.expectNoTask("det", shimPid, pid)
 }
 
 func TestCreateStartDelete(t *testing.T) {
@@ -317,20 +354,20 @@ func TestCreateStartDelete(t *testing.T) {
 	rootfs := testkit.Rootfs(t)
 
 	t.Run("started", func(t *testing.T) {
-		s := *s
-		s.t = t
+		s := s.in(t)
 		s.track("ct")
 		// sh is PID 1 of the container: only a trapped TERM reaches it.
 		r := s.run("task", "create", "--rootfs", rootfs, "ct", "--", "sh", "-c", `trap "exit 4" TERM; while :; do sleep 0.1; done`)
-		pid := strings.TrimSpace(r.Stdout)
-		if r.Code != 0 || pid == "" {
+		pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+		if r.Code != 0 || err != nil {
 			t.Fatalf("task create: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		s.status("ct", "CREATED")
-		if r := s.run("task", "start", "ct"); r.Code != 0 || strings.TrimSpace(r.Stdout) != pid {
-			t.Fatalf("task start: exit %d, stdout %q (want %s), stderr %q", r.Code, r.Stdout, pid, r.Stderr)
+		if r := s.run("task", "start", "ct"); r.Code != 0 || strings.TrimSpace(r.Stdout) != strconv.Itoa(pid) {
+			t.Fatalf("task start: exit %d, stdout %q (want %d), stderr %q", r.Code, r.Stdout, pid, r.Stderr)
 		}
 		s.status("ct", "RUNNING")
+		expectTrapped(t, pid, syscall.SIGTERM)
 		if r := s.run("task", "kill", "-s", "sigterm", "ct"); r.Code != 0 {
 			t.Fatalf("task kill -s sigterm: exit %d: %s", r.Code, r.Stderr)
 		}
@@ -344,32 +381,25 @@ func TestCreateStartDelete(t *testing.T) {
 	})
 
 	t.Run("never started", func(t *testing.T) {
-		s := *s
-		s.t = t
+		s := s.in(t)
 		s.track("never")
 		r := s.run("task", "create", "--rootfs", rootfs, "never", "--", "sleep", "100")
 		pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
 		if r.Code != 0 || err != nil {
 			t.Fatalf("task create: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "never", "shim.pid"))
+		shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "never", bundle.ShimPidFile))
 		if r := s.run("task", "delete", "never"); r.Code != 0 {
 			t.Errorf("task delete of a created task: exit %d, stderr %q", r.Code, r.Stderr)
 		}
-		testkit.ExpectGone(t, pid, "the created container's init")
-		testkit.ExpectGone(t, shimPid, "shim")
-		s.expectNoTask("never")
+		s.expectNoTask("never", pid, shimPid)
 	})
 }
 
 func TestUsageAndUnknownTasks(t *testing.T) {
 	t.Parallel()
 	s := newShimctl(t, step04)
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string // in the one line on stderr
-	}{
+	expectRefused(t, s.run, []refusal{
 		{[]string{"task", "create", "x", "sleep", "1"}, 2, "after --"},
 		{[]string{"task", "create", "x", "--"}, 2, "no command after --"},
 		{[]string{"task", "create", "../x", "--", "true"}, 2, `id "../x"`},
@@ -381,16 +411,8 @@ func TestUsageAndUnknownTasks(t *testing.T) {
 		{[]string{"task", "state", "nosuch"}, 1, `no task "nosuch"`},
 		{[]string{"task", "delete", "nosuch"}, 1, `no task "nosuch"`},
 		{[]string{"task", "wait", "nosuch"}, 1, `no task "nosuch"`},
-	} {
-		r := s.run(tc.args...)
-		if r.Code != tc.code {
-			t.Errorf("shimctl %s: exit %d, want %d", strings.Join(tc.args, " "), r.Code, tc.code)
-		}
-		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
-	}
-	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
-		t.Errorf("refused commands left %v behind", left)
-	}
+	})
+	s.expectNoBundles()
 }
 
 func TestRunForwardsSignals(t *testing.T) {
@@ -431,11 +453,7 @@ func TestEventsPrintsForwardedEvents(t *testing.T) {
 		_, err := os.Stat(sock)
 		return err == nil
 	})
-	if r := s.run("events"); r.Code != 1 {
-		t.Errorf("a second events: exit %d, want 1", r.Code)
-	} else {
-		oneLine(t, "a second events", r.Stderr, "serves "+sock+" already")
-	}
+	expectError(t, "a second events", s.run("events"), 1, "serves "+sock+" already")
 
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
@@ -552,20 +570,9 @@ func (s *shimctl) events() *background {
 // drivers lists the shimctl processes of this state directory that are running: everything
 // that plays containerd towards its shims.
 func (s *shimctl) drivers() []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00"), "\x00")
-		i := slices.Index(args, "--state")
-		if args[0] == s.bin && i > 0 && i+1 < len(args) && args[i+1] == s.state && testkit.Alive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return driver.ProcessesWhere(func(args []string) bool {
+		return args[0] == s.bin && driver.FlagValue(args, "state") == s.state
+	})
 }
 
 // ls runs shimctl ls, which must succeed, and returns its rows by task id, each as the line's
@@ -626,8 +633,8 @@ func TestDriverRestartOnStep06(t *testing.T) {
 	if r.Code != 0 || err != nil {
 		t.Fatalf("run -d: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	bundle := filepath.Join(s.namespaced, "alive")
-	shimPid := testkit.ReadPid(t, filepath.Join(bundle, "shim.pid"))
+	dir := filepath.Join(s.namespaced, "alive")
+	shimPid := testkit.ReadPid(t, filepath.Join(dir, bundle.ShimPidFile))
 	// The first driver takes the create and start events, so that the exit alone is queued.
 	testkit.Eventually(t, 10*time.Second, "the first events never got /tasks/start", func() bool {
 		return strings.Contains(ev.stdout.String(), " /tasks/start container=alive ")
@@ -658,10 +665,11 @@ func TestDriverRestartOnStep06(t *testing.T) {
 
 	// The container exits while no driver runs: the shim must keep its exit, in the bundle and
 	// in its queue of events.
+	expectTrapped(t, pid, syscall.SIGTERM)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	rec := testkit.WaitExitRecord(t, bundle)
+	rec := testkit.WaitExitRecord(t, dir)
 	if rec.Pid != pid || rec.ExitStatus != 5 || rec.ExitedAt.IsZero() {
 		t.Fatalf("exit.json = %+v, want pid %d, status 5", rec, pid)
 	}
@@ -682,8 +690,7 @@ func TestDriverRestartOnStep06(t *testing.T) {
 	if r := s.run("task", "delete", "alive"); r.Code != 0 || !strings.Contains(r.Stdout, "exit status 5") {
 		t.Errorf("task delete: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	testkit.ExpectGone(t, shimPid, "shim of alive")
-	s.expectNoTask("alive")
+	s.expectNoTask("alive", shimPid)
 	// The shim forwards in order and waits for its last events before it exits: with the
 	// delete in, every copy of the exit would be in too. The new driver gets the exit once,
 	// and nothing the first one had taken already.
@@ -709,7 +716,7 @@ func TestDriverRestartOnStep06(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadShim := testkit.ReadPid(t, filepath.Join(deadBundle, "shim.pid"))
+	deadShim := testkit.ReadPid(t, filepath.Join(deadBundle, bundle.ShimPidFile))
 	if err := syscall.Kill(deadShim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -757,20 +764,17 @@ func TestLsReportsWhatItCannotClean(t *testing.T) {
 			s.run("shim", "delete", "idle")
 		}
 	})
-	shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "idle", "shim.pid"))
+	shimPid := testkit.ReadPid(t, filepath.Join(s.namespaced, "idle", bundle.ShimPidFile))
 	broken := filepath.Join(s.namespaced, "broken")
 	if err := os.Mkdir(broken, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(broken, "shim-binary-path"), []byte("/nonexistent/shim"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(broken, bundle.ShimBinaryFile), []byte("/nonexistent/shim"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	r := s.run("ls")
-	if r.Code != 1 {
-		t.Errorf("ls: exit %d, want 1", r.Code)
-	}
-	oneLine(t, "ls", r.Stderr, "broken: shim is gone, and its delete failed")
+	expectError(t, "ls", r, 1, "broken: shim is gone, and its delete failed")
 	rows := lsRows(t, r.Stdout)
 	if want := fmt.Sprintf("%d - NO TASK -", shimPid); len(rows) != 1 || rows["idle"] != want {
 		t.Errorf("ls rows %q, want idle as %q", rows, want)

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package cli_test
 
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -98,17 +98,10 @@ func expectDemoGone(t *testing.T, tmp, stdout string) {
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
 		t.Errorf("the demo left %s in its TMPDIR", left[0].Name())
 	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(cmdline), tmp) && testkit.Alive(pid) {
-			t.Errorf("process %d of the demo outlived it: %q", pid, cmdline)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+	ofDemo := func(args []string) bool { return strings.Contains(strings.Join(args, " "), tmp) }
+	for _, pid := range driver.ProcessesWhere(ofDemo) {
+		t.Errorf("process %d of the demo outlived it: %q", pid, driver.Cmdline(pid))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if m := taskID.FindStringSubmatch(stdout); m != nil {
 		if left, _ := filepath.Glob("/sys/fs/cgroup/shimwalk/*/" + m[1]); len(left) > 0 {

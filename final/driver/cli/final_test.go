@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package cli_test
 
 import (
 	"encoding/json"
@@ -107,11 +107,7 @@ func TestStatsUpdate(t *testing.T) {
 	if got := strings.TrimSpace(readFile(filepath.Join(cg, "memory.limit_in_bytes"))); got != strconv.Itoa(48<<20) {
 		t.Errorf("%s/memory.limit_in_bytes = %q, want %d", cg, got, 48<<20)
 	}
-	r = s.run("task", "update", "--memory", "lots", "su")
-	if r.Code != 2 {
-		t.Errorf("update --memory lots: exit %d, want 2", r.Code)
-	}
-	oneLine(t, "update --memory lots", r.Stderr, `size "lots"`)
+	expectError(t, "update --memory lots", s.run("task", "update", "--memory", "lots", "su"), 2, `size "lots"`)
 }
 
 func first(s []string) string {
@@ -151,10 +147,7 @@ func TestCheckpointFailsInOneLine(t *testing.T) {
 		s.status("cp", "RUNNING")
 		return
 	}
-	if r.Code != 1 {
-		t.Errorf("checkpoint: exit %d, want 1", r.Code)
-	}
-	oneLine(t, "checkpoint", r.Stderr, "checkpoint: ")
+	expectError(t, "checkpoint", r, 1, "checkpoint: ")
 	if !strings.Contains(r.Stderr, "criu") && !strings.Contains(r.Stderr, "runc") {
 		t.Errorf("checkpoint: stderr %q carries neither CRIU's message nor runc's", r.Stderr)
 	}
@@ -186,10 +179,7 @@ func TestStepAwareUnimplemented(t *testing.T) {
 	s := newShimctl(t, "steps/02-ttrpc")
 	s.track("st02")
 	r := s.run("task", "create", "--rootfs", testkit.Rootfs(t), "st02", "--", "true")
-	if r.Code != 1 {
-		t.Errorf("task create on step 02: exit %d, want 1", r.Code)
-	}
-	oneLine(t, "task create on step 02", r.Stderr, "step 02 does not implement Create yet; it arrives in step 03")
+	expectError(t, "task create on step 02", r, 1, "step 02 does not implement Create yet; it arrives in step 03")
 	if _, err := os.Stat(filepath.Join(s.namespaced, "st02")); err == nil {
 		t.Errorf("the failed create left its bundle")
 	}
@@ -207,35 +197,17 @@ func TestRuntimeName(t *testing.T) {
 		t.Errorf("run with --runtime: exit %d, stdout %q, stderr %q; want 4 and the container's output", r.Code, r.Stdout, r.Stderr)
 	}
 	s.expectNoTask("rt")
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
+	expectRefused(t, s.runBare, []refusal{
 		{[]string{"--runtime", "shimwalk", "run", "x", "--", "true"}, 2, "io.containerd.shimwalk.v2"},
 		{[]string{"--runtime", "io.containerd.nosuch.v2", "run", "x", "--", "true"}, 1, "no containerd-shim-nosuch-v2"},
-	} {
-		r := testkit.Run(t, "", s.env, s.bin, append([]string{"--state", s.state}, tc.args...)...)
-		if r.Code != tc.code {
-			t.Errorf("shimctl %s: exit %d, want %d", strings.Join(tc.args, " "), r.Code, tc.code)
-		}
-		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
-	}
-	r = s.run("--runtime", "io.containerd.shimwalk.v2", "run", "x", "--", "true")
-	if r.Code != 2 {
-		t.Errorf("--shim with --runtime: exit %d, want 2", r.Code)
-	}
-	oneLine(t, "--shim with --runtime", r.Stderr, "do not go together")
+	})
+	expectError(t, "--shim with --runtime", s.run("--runtime", "io.containerd.shimwalk.v2", "run", "x", "--", "true"), 2, "do not go together")
 }
 
 func TestUsageOfTaskCommands(t *testing.T) {
 	t.Parallel()
 	s := newShimctl(t, finalShim)
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
+	expectRefused(t, s.run, []refusal{
 		{[]string{"task", "exec", "x", "sh"}, 2, "after --"},
 		{[]string{"task", "exec", "-d", "-t", "x", "--", "sh"}, 2, "-d and -t"},
 		{[]string{"task", "exec", "--exec-id", "../e", "x", "--", "sh"}, 2, `exec id "../e"`},
@@ -248,16 +220,8 @@ func TestUsageOfTaskCommands(t *testing.T) {
 		{[]string{"task", "stats", "nosuch"}, 1, `no task "nosuch"`},
 		{[]string{"run", "-t", "-d", "x", "--", "sh"}, 2, "-d and -t"},
 		{[]string{"run", "-t", "x", "--", "sh"}, 2, "needs a terminal"},
-	} {
-		r := s.run(tc.args...)
-		if r.Code != tc.code {
-			t.Errorf("shimctl %s: exit %d, want %d", strings.Join(tc.args, " "), r.Code, tc.code)
-		}
-		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
-	}
-	if left, _ := os.ReadDir(s.namespaced); len(left) > 0 {
-		t.Errorf("refused commands left %v behind", left)
-	}
+	})
+	s.expectNoBundles()
 }
 
 // TestRuntimeBinary: --runtime-binary reaches the shim as the runc options' BinaryName, which
@@ -268,10 +232,7 @@ func TestRuntimeBinary(t *testing.T) {
 	s.track("rb")
 	missing := filepath.Join(testkit.TempDir(t), "no-such-runtime")
 	r := s.run("run", "--rm", "--runtime-binary", missing, "--rootfs", testkit.Rootfs(t), "rb", "--", "true")
-	if r.Code != 1 {
-		t.Errorf("run --runtime-binary %s: exit %d, want 1", missing, r.Code)
-	}
-	oneLine(t, "run --runtime-binary", r.Stderr, missing)
+	expectError(t, "run --runtime-binary", r, 1, missing)
 	s.expectNoTask("rb")
 }
 
@@ -281,19 +242,10 @@ func TestStepAwareForTheTasksShim(t *testing.T) {
 	t.Parallel()
 	s := newShimctl(t, step04)
 	s.detached("st04", "sleep", "1000")
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"task", "pause", "st04"}, "step 04 does not implement Pause yet; it arrives in the final shim"},
-		{[]string{"task", "exec", "st04", "--", "true"}, "step 04 does not implement Exec yet; it arrives in the final shim"},
-	} {
-		r := testkit.Run(t, "", s.env, s.bin, append([]string{"--state", s.state}, tc.args...)...)
-		if r.Code != 1 {
-			t.Errorf("shimctl %s: exit %d, want 1", strings.Join(tc.args, " "), r.Code)
-		}
-		oneLine(t, "shimctl "+strings.Join(tc.args, " "), r.Stderr, tc.want)
-	}
+	expectRefused(t, s.runBare, []refusal{
+		{[]string{"task", "pause", "st04"}, 1, "step 04 does not implement Pause yet; it arrives in the final shim"},
+		{[]string{"task", "exec", "st04", "--", "true"}, 1, "step 04 does not implement Exec yet; it arrives in the final shim"},
+	})
 }
 
 // TestSignalDuringStartIsForwarded: a signal that reaches run while Start's reply is still on
@@ -335,9 +287,16 @@ func TestRunLogURI(t *testing.T) {
 
 	s.track("nolog")
 	r = s.run("run", "--log", "file://"+log, "--rootfs", testkit.Rootfs(t), "nolog", "--", "true")
-	if r.Code != 2 {
-		t.Errorf("run --log without -d: exit %d, want 2", r.Code)
-	}
-	oneLine(t, "run --log without -d", r.Stderr, "--log needs -d")
+	expectError(t, "run --log without -d", r, 2, "--log needs -d")
 	s.expectNoTask("nolog")
+}
+
+// TestFailedCallNamesItself: a call the shim refuses is reported under the name of the call, in
+// front of the shim's own message (which here does not name it).
+func TestFailedCallNamesItself(t *testing.T) {
+	t.Parallel()
+	s := newShimctl(t, finalShim)
+	s.detached("named", "sleep", "1000")
+	r := s.run("task", "kill", "--exec-id", "nosuch", "named")
+	expectError(t, "kill of an unknown exec", r, 1, "shimctl: kill: exec nosuch in task named: not found")
 }

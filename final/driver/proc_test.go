@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package driver
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestProcesses: the table holds a live child with this process as its parent, and a child that
+// exited and is not reaped yet as a zombie, which ProcessesWhere leaves out.
+func TestProcesses(t *testing.T) {
+	live := exec.Command("sleep", "1000")
+	exited := exec.Command("true")
+	for _, cmd := range []*exec.Cmd{live, exited} {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = live.Process.Kill()
+		_ = live.Wait()
+		_ = exited.Wait()
+	})
+	// Nothing reaps the exited child until the cleanup: it turns zombie, which /proc shows.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if p, err := ReadProc(exited.Process.Pid); err == nil && p.State == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the exited child %d never showed as a zombie", exited.Process.Pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	procs := Processes()
+	if p, ok := procs[live.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State == 'Z' {
+		t.Errorf("the live child: %+v (listed %v), want parent %d, not a zombie", p, ok, os.Getpid())
+	}
+	if p, ok := procs[exited.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State != 'Z' {
+		t.Errorf("the exited child: %+v (listed %v), want parent %d, a zombie", p, ok, os.Getpid())
+	}
+	if _, ok := procs[os.Getpid()]; !ok {
+		t.Errorf("the table leaves out this process %d", os.Getpid())
+	}
+
+	all := ProcessesWhere(func([]string) bool { return true })
+	if !slices.Contains(all, live.Process.Pid) || slices.Contains(all, exited.Process.Pid) || slices.Contains(all, os.Getpid()) {
+		t.Errorf("ProcessesWhere(any) = %v, want the live child %d, neither the zombie %d nor this process", all, live.Process.Pid, exited.Process.Pid)
+	}
+}
