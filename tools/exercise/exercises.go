@@ -493,7 +493,7 @@ var exercises = []Exercise{
 		Hint: "KillAllOnExit reads the linux.namespaces of config.json in the bundle (bundle.ReadSpec) and " +
 			"answers false only for a pid namespace entry without a path; an unreadable spec gets the " +
 			"kill. KillAll is p.runtime.Kill with SIGKILL and runc.KillOpts{All: true}, its error " +
-			"wrapped through p.killError.",
+			"wrapped through p.killError with the mark logEnd(p.runtime.Log) took before the call.",
 		Anchor: "exercise-072-kill-what-the-init-leaves",
 		Page:   "docs/07-final.md",
 	},
@@ -528,7 +528,7 @@ var exercises = []Exercise{
 		Check: "TestResizePtyReachesTheTerminal",
 		Hint: "base.Resize hands the size to the process's console (p.console, a *stdio.Console), and a " +
 			"process without a terminal has nothing to resize, which is no error. Exec.Resize refuses " +
-			"an exec that has stopped (e.stateError) before it does the same.",
+			"an exec that has stopped (e.check(opResize), which asks the state table) before it does the same.",
 		Anchor: "exercise-074-resize-the-terminal",
 		Page:   "docs/07-final.md",
 	},

@@ -7,6 +7,10 @@
 //
 // It mirrors containerd v2.4 cmd/containerd-shim-runc-v2/process (init.go, init_state.go,
 // exec.go, exec_state.go) and runc/container.go (NewContainer, the rootfs mounts). Unlike
-// containerd, one mutex-guarded status per process replaces the state objects, and the
-// exit of a process lives in one place, a channel closed on exit, that every Wait sleeps on.
+// containerd, one mutex-guarded status per process replaces the state objects: the rules of
+// every state are one table per kind of process (state.go), which each operation consults.
+// The exit of a process lives in one place, a channel closed on exit, that every Wait sleeps
+// on. init.go holds the init's life cycle, exec.go the exec's, state.go the state machine,
+// runtime.go the runc CLI, runcerror.go what runc's failures mean and forcedelete.go the
+// delete action's runc side.
 package process

@@ -49,19 +49,15 @@ func (p *Init) NewExec(execID string, spec *specs.Process, cfg stdio.Config) (*E
 	}
 	// A created container's init waits in runc init with its namespaces set up: runc exec can
 	// join them, and containerd's runc shim allows it.
-	if st := p.Status(); st != task.Status_RUNNING && st != task.Status_CREATED {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return nil, p.stateError("exec")
+	if err := p.check(opExec); err != nil {
+		return nil, err
 	}
 	// The request decides the terminal, not the spec: containerd's client sends the
 	// container's own process spec for `cio.WithTerminal`, and runc refuses a console socket
 	// for a process spec without one. A copy, as the caller's spec is not ours to change.
 	own := *spec
 	own.Terminal = cfg.Terminal
-	e := &Exec{base: newBase(execID, cfg), parent: p, spec: &own, pidfd: -1}
-	e.status = task.Status_CREATED
-	return e, nil
+	return &Exec{base: newBase(execID, cfg, &execRules), parent: p, spec: &own, pidfd: -1}, nil
 }
 
 // Status is the exec's state, or the container's while the container is paused or pausing:
@@ -101,8 +97,7 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 		e.mu.Unlock()
 		return fmt.Errorf("start: exec %s failed to start before: %w", e.id, errdefs.ErrFailedPrecondition)
 	}
-	if e.status != task.Status_CREATED {
-		err := e.stateError("start")
+	if err := e.checkLocked(opStart); err != nil {
 		e.mu.Unlock()
 		return err
 	}
@@ -123,7 +118,7 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	opts := &runc.ExecOpts{Detach: true, PidFile: pidFile}
 	// A logging binary gets the exec's id as CONTAINER_ID, as from containerd's shim.
 	if e.stdio.Terminal {
-		c, err := stdio.NewConsole(e.stdio, e.id, p.Namespace, p.monitor)
+		c, err := stdio.NewConsole(e.stdio, e.id, p.namespace, p.monitor)
 		if err != nil {
 			return err
 		}
@@ -133,7 +128,7 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 		e.console, e.io = c, c
 		e.mu.Unlock()
 	} else {
-		pipes, err := stdio.Open(e.stdio, e.id, p.Namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
+		pipes, err := stdio.Open(e.stdio, e.id, p.namespace, p.opts.IoUID, p.opts.IoGID, p.monitor)
 		if err != nil {
 			return err
 		}
@@ -147,8 +142,9 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 			e.closeIO()
 		}
 	}()
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Exec(ctx, p.id, *e.spec, opts); err != nil {
-		return p.runtimeError(err, "exec")
+		return p.runtimeError(err, "exec", mark)
 	}
 	if e.console != nil {
 		if err := e.console.Attach(); err != nil {
@@ -173,9 +169,7 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 	case errors.Is(ferr, unix.ESRCH):
 		e.gone = true
 	}
-	if e.status == task.Status_CREATED {
-		e.status = task.Status_RUNNING
-	}
+	e.advance(opStart)
 	e.mu.Unlock()
 	return nil
 }
@@ -185,12 +179,8 @@ func (e *Exec) Start(ctx context.Context) (err error) {
 func (e *Exec) Kill(ctx context.Context, signal uint32) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	switch e.status {
-	case task.Status_RUNNING:
-	case task.Status_CREATED:
-		return fmt.Errorf("kill: exec %s has not started: %w", e.id, errdefs.ErrFailedPrecondition)
-	default:
-		return e.finished("kill")
+	if err := e.checkLocked(opKill); err != nil {
+		return err
 	}
 	// Recording the exit takes mu, so a process marked running here has not been recorded as
 	// exited. It may have been reaped already, though, and its pid reused: containerd's runc
@@ -224,12 +214,11 @@ func (e *Exec) Delete(ctx context.Context) error {
 	e.ops.Lock()
 	defer e.ops.Unlock()
 	e.mu.Lock()
-	if e.status != task.Status_STOPPED && e.status != task.Status_CREATED {
-		err := e.stateError("delete")
+	if err := e.checkLocked(opDelete); err != nil {
 		e.mu.Unlock()
 		return err
 	}
-	e.status = deleted
+	e.advance(opDelete)
 	e.closePidfd()
 	e.mu.Unlock()
 	e.closeIO()
@@ -241,11 +230,8 @@ func (e *Exec) Delete(ctx context.Context) error {
 // not. Its error has no class there (Unknown); here it is FailedPrecondition, as every refusal
 // of a state is, Unknown being kept for runc's own failures.
 func (e *Exec) Resize(width, height uint32) error {
-	e.mu.Lock()
-	if e.status == task.Status_STOPPED {
-		defer e.mu.Unlock()
-		return e.stateError("resize")
+	if err := e.check(opResize); err != nil {
+		return err
 	}
-	e.mu.Unlock()
 	return e.base.Resize(width, height)
 }

@@ -7,19 +7,13 @@
 package process
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/api/types/task"
-	"github.com/containerd/errdefs"
 	runc "github.com/containerd/go-runc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -47,7 +41,7 @@ type CreateConfig struct {
 type Init struct {
 	base
 	Bundle    string
-	Namespace string
+	namespace string
 	runtime   *runc.Runc
 	opts      Options
 	rootfs    string            // where the request's mounts were mounted; "" when there were none
@@ -71,22 +65,21 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		return nil, err
 	}
 	p := &Init{
-		base:      newBase(cfg.ID, cfg.Stdio),
+		base:      newBase(cfg.ID, cfg.Stdio, &initRules),
 		Bundle:    cfg.Bundle,
-		Namespace: cfg.Namespace,
+		namespace: cfg.Namespace,
 		runtime:   NewRuntime(cfg.Options, cfg.Namespace, cfg.Bundle),
 		opts:      cfg.Options,
 		monitor:   cfg.Monitor,
 	}
-	p.status = task.Status_CREATED
 	if len(cfg.Rootfs) > 0 {
 		p.rootfs = filepath.Join(cfg.Bundle, bundle.RootfsDir)
-		if err := MountRootfs(cfg.Rootfs, p.rootfs); err != nil {
+		if err := mountRootfs(cfg.Rootfs, p.rootfs); err != nil {
 			return nil, err
 		}
 		defer func() {
 			if err != nil {
-				_ = UnmountAll(p.rootfs)
+				_ = unmountAll(p.rootfs)
 			}
 		}()
 	}
@@ -127,26 +120,14 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		}
 		return p, nil
 	}
-	err = p.runtime.Create(ctx, cfg.ID, cfg.Bundle, &runc.CreateOpts{
-		IO: rio, PidFile: pidFile, ConsoleSocket: socket,
-		NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
+	pid, err := p.created(ctx, "create", pidFile, "init pid", func() error {
+		return p.runtime.Create(ctx, cfg.ID, cfg.Bundle, &runc.CreateOpts{
+			IO: rio, PidFile: pidFile, ConsoleSocket: socket,
+			NoPivot: p.opts.NoPivotRoot, NoNewKeyring: p.opts.NoNewKeyring,
+		})
 	})
 	if err != nil {
-		cerr := p.runtimeError(err, "create")
-		// runc may have got as far as leaving state (and a waiting `runc init`) behind.
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
-		return nil, cerr
-	}
-	if p.console != nil {
-		if err := p.console.Attach(); err != nil {
-			_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
-			return nil, err
-		}
-	}
-	pid, err := runc.ReadPidFile(pidFile)
-	if err != nil {
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), cfg.ID, &runc.DeleteOpts{Force: true})
-		return nil, fmt.Errorf("read init pid: %w", err)
+		return nil, err
 	}
 	p.pid = pid
 	// runc init waits in the container's cgroup now: the count from here on is this container's.
@@ -154,16 +135,12 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 	return p, nil
 }
 
-// Runtime is the runc CLI this container is driven with.
-func (p *Init) Runtime() *runc.Runc { return p.runtime }
-
 // Start runs runc start on a created container.
 func (p *Init) Start(ctx context.Context) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
 	p.mu.Lock()
-	if p.status != task.Status_CREATED {
-		err := p.stateError("start")
+	if err := p.checkLocked(opStart); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -172,17 +149,41 @@ func (p *Init) Start(ctx context.Context) error {
 	if restore != nil {
 		return p.restoreStart(ctx, restore)
 	}
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Start(ctx, p.id); err != nil {
-		return p.runtimeError(err, "start")
+		return p.runtimeError(err, "start", mark)
 	}
 	p.mu.Lock()
-	if p.status == task.Status_CREATED { // unless it already exited
-		p.status = task.Status_RUNNING
-	}
+	p.advance(opStart)
 	p.mu.Unlock()
 	// While the pid still names the init: Stats keeps working after the exit, until Delete.
 	_, _ = p.cgroup()
 	return nil
+}
+
+// created runs call, a runc create or restore, then attaches the terminal and reads the init's
+// pid, called pidName in an error. When anything failed, runc may have got as far as leaving
+// state (and a waiting runc init) behind: runc delete --force takes it away.
+func (p *Init) created(ctx context.Context, op, pidFile, pidName string, call func() error) (int, error) {
+	undo := func() { _ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true}) }
+	mark := logEnd(p.runtime.Log)
+	if err := call(); err != nil {
+		rerr := p.runtimeError(err, op, mark)
+		undo()
+		return 0, rerr
+	}
+	if p.console != nil {
+		if err := p.console.Attach(); err != nil {
+			undo()
+			return 0, err
+		}
+	}
+	pid, err := runc.ReadPidFile(pidFile)
+	if err != nil {
+		undo()
+		return 0, fmt.Errorf("read %s: %w", pidName, err)
+	}
+	return pid, nil
 }
 
 // Restoring reports whether the init is still to be restored from a checkpoint by Start: its
@@ -196,28 +197,17 @@ func (p *Init) Restoring() bool {
 // restoreStart runs runc restore for a container created from a checkpoint. A restore that
 // fails leaves the task CREATED and, as before it, without runc state.
 func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
-	if _, err := p.runtime.Restore(ctx, p.id, p.Bundle, opts); err != nil {
-		rerr := p.runtimeError(err, "restore")
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
-		return rerr
-	}
-	if p.console != nil {
-		if err := p.console.Attach(); err != nil {
-			_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
-			return err
-		}
-	}
-	pid, err := runc.ReadPidFile(opts.PidFile)
+	pid, err := p.created(ctx, "restore", opts.PidFile, "restored init pid", func() error {
+		_, err := p.runtime.Restore(ctx, p.id, p.Bundle, opts)
+		return err
+	})
 	if err != nil {
-		_ = p.runtime.Delete(context.WithoutCancel(ctx), p.id, &runc.DeleteOpts{Force: true})
-		return fmt.Errorf("read restored init pid: %w", err)
+		return err
 	}
 	oom := newOOMCount(pid)
 	p.mu.Lock()
 	p.pid, p.oom, p.restore = pid, oom, nil
-	if p.status == task.Status_CREATED {
-		p.status = task.Status_RUNNING
-	}
+	p.advance(opStart)
 	p.mu.Unlock()
 	_, _ = p.cgroup()
 	return nil
@@ -225,69 +215,49 @@ func (p *Init) restoreStart(ctx context.Context, opts *runc.RestoreOpts) error {
 
 // Kill signals the container's init, or with all every process in it.
 func (p *Init) Kill(ctx context.Context, signal uint32, all bool) error {
-	p.mu.Lock()
-	switch {
-	case p.status == deleted, p.status == task.Status_STOPPED && !all:
-		p.mu.Unlock()
-		return p.finished("kill")
+	o := opKill
+	if all {
+		// A stopped init may have left processes behind in a PID namespace or cgroup it did
+		// not own: they are still the container's to kill.
+		o = opKillAll
 	}
-	// With all, a stopped init may have left processes behind in a PID namespace or cgroup
-	// it did not own: they are still the container's to kill.
-	p.mu.Unlock()
+	if err := p.check(o); err != nil {
+		return err
+	}
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Kill(ctx, p.id, int(signal), &runc.KillOpts{All: all}); err != nil {
-		return p.killError(err)
+		return p.killError(err, mark)
 	}
 	return nil
 }
 
-// killError is NotFound only when runc says there is nothing left to signal: callers take
-// NotFound from Kill for "already gone" and stop trying, so a runc that failed, hung or was
-// killed must not be reported that way (containerd's checkKillError draws the same line).
-// Only this call's own output decides: log.json holds the errors of every earlier runc call
-// too, and an old "container not running" must not speak for a runc that died silently.
-func (p *Init) killError(err error) error {
-	rerr := p.runtimeError(err, "kill")
-	msg := strings.ToLower(err.Error())
-	for _, gone := range []string{"container not running", "does not exist", "no such process", "process already finished"} {
-		if strings.Contains(msg, gone) {
-			return fmt.Errorf("%w: %w", rerr, errdefs.ErrNotFound)
-		}
-	}
-	return rerr
-}
-
 // Pause freezes every process of the container.
 func (p *Init) Pause(ctx context.Context) error {
-	return p.change(ctx, "pause", task.Status_RUNNING, task.Status_PAUSED, func() error {
+	return p.change(ctx, opPause, func() error {
 		return p.runtime.Pause(ctx, p.id)
 	})
 }
 
 // Resume thaws a paused container.
 func (p *Init) Resume(ctx context.Context) error {
-	return p.change(ctx, "resume", task.Status_PAUSED, task.Status_RUNNING, func() error {
+	return p.change(ctx, opResume, func() error {
 		return p.runtime.Resume(ctx, p.id)
 	})
 }
 
 // change runs a runc call that moves the container from one state to another.
-func (p *Init) change(ctx context.Context, op string, from, to task.Status, call func() error) error {
+func (p *Init) change(ctx context.Context, o operation, call func() error) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
-	p.mu.Lock()
-	if p.status != from {
-		err := p.stateError(op)
-		p.mu.Unlock()
+	if err := p.check(o); err != nil {
 		return err
 	}
-	p.mu.Unlock()
+	mark := logEnd(p.runtime.Log)
 	if err := call(); err != nil {
-		return p.runtimeError(err, op)
+		return p.runtimeError(err, opNames[o], mark)
 	}
 	p.mu.Lock()
-	if p.status == from {
-		p.status = to
-	}
+	p.advance(o)
 	p.mu.Unlock()
 	return nil
 }
@@ -299,8 +269,7 @@ func (p *Init) Delete(ctx context.Context) error {
 	defer p.ops.Unlock()
 	p.mu.Lock()
 	status := p.status
-	if status != task.Status_STOPPED && status != task.Status_CREATED {
-		err := p.stateError("delete")
+	if err := p.checkLocked(opDelete); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -310,14 +279,16 @@ func (p *Init) Delete(ctx context.Context) error {
 	p.mu.Unlock()
 	// A created container's init still waits in runc init: --force kills it.
 	force := status == task.Status_CREATED
+	mark := logEnd(p.runtime.Log)
 	err := p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: force})
-	if err != nil && status == task.Status_STOPPED && !p.notExist(err) {
+	if err != nil && status == task.Status_STOPPED && !p.notExist(err, mark) {
 		// An init that died while its container was paused leaves a frozen cgroup, which runc
 		// takes for a paused container and will not delete; --force thaws and removes it.
+		mark = logEnd(p.runtime.Log)
 		err = p.runtime.Delete(ctx, p.id, &runc.DeleteOpts{Force: true})
 	}
-	if err != nil && !p.notExist(err) {
-		return p.runtimeError(err, "delete")
+	if err != nil && !p.notExist(err, mark) {
+		return p.runtimeError(err, "delete", mark)
 	}
 	if neverRan {
 		p.mu.Lock()
@@ -332,12 +303,12 @@ func (p *Init) Delete(ctx context.Context) error {
 		p.closeIO()
 	}
 	if p.rootfs != "" {
-		if err := UnmountAll(p.rootfs); err != nil {
+		if err := unmountAll(p.rootfs); err != nil {
 			return err
 		}
 	}
 	p.mu.Lock()
-	p.status = deleted
+	p.advance(opDelete)
 	p.mu.Unlock()
 	return nil
 }
@@ -347,15 +318,20 @@ func (p *Init) Delete(ctx context.Context) error {
 // a restart, deletes a shim whose task lists no process as leaked, and with it the exit it
 // has not learned yet (containerd's own runc shim loses such exits).
 func (p *Init) Pids(ctx context.Context) ([]int, error) {
-	switch p.Status() {
-	case deleted:
-		return nil, p.stateError("pids")
-	case task.Status_STOPPED:
-		return []int{p.Pid()}, nil
+	p.mu.Lock()
+	err := p.checkLocked(opPids)
+	status, pid := p.status, p.pid
+	p.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case status == task.Status_STOPPED:
+		return []int{pid}, nil
 	}
+	mark := logEnd(p.runtime.Log)
 	pids, err := p.runtime.Ps(ctx, p.id)
 	if err != nil {
-		return nil, p.runtimeError(err, "ps")
+		return nil, p.runtimeError(err, "ps", mark)
 	}
 	return pids, nil
 }
@@ -364,13 +340,12 @@ func (p *Init) Pids(ctx context.Context) ([]int, error) {
 func (p *Init) Update(ctx context.Context, r *specs.LinuxResources) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
-	switch p.Status() {
-	case task.Status_RUNNING, task.Status_PAUSED, task.Status_CREATED:
-	default:
-		return p.stateError("update")
+	if err := p.check(opUpdate); err != nil {
+		return err
 	}
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Update(ctx, p.id, r); err != nil {
-		return p.runtimeError(err, "update")
+		return p.runtimeError(err, "update", mark)
 	}
 	return nil
 }
@@ -390,10 +365,8 @@ type CheckpointConfig struct {
 func (p *Init) Checkpoint(ctx context.Context, c CheckpointConfig) error {
 	p.ops.Lock()
 	defer p.ops.Unlock()
-	switch p.Status() {
-	case task.Status_RUNNING, task.Status_PAUSED:
-	default:
-		return p.stateError("checkpoint")
+	if err := p.check(opCheckpoint); err != nil {
+		return err
 	}
 	work := c.WorkDir
 	if work == "" {
@@ -403,69 +376,14 @@ func (p *Init) Checkpoint(ctx context.Context, c CheckpointConfig) error {
 	if !c.Exit {
 		actions = append(actions, runc.LeaveRunning)
 	}
+	mark := logEnd(p.runtime.Log)
 	err := p.runtime.Checkpoint(ctx, p.id, &runc.CheckpointOpts{
 		ImagePath: c.ImagePath, WorkDir: work, AllowOpenTCP: c.AllowOpenTCP,
 		AllowExternalUnixSockets: c.AllowExternalUnix, AllowTerminal: c.AllowTerminal,
 		FileLocks: c.FileLocks, EmptyNamespaces: c.EmptyNamespaces,
 	}, actions...)
 	if err != nil {
-		return fmt.Errorf("%w (see %s)", p.runtimeError(err, "checkpoint"), filepath.Join(work, "dump.log"))
+		return fmt.Errorf("%w (see %s)", p.runtimeError(err, "checkpoint", mark), filepath.Join(work, "dump.log"))
 	}
 	return nil
-}
-
-// runtimeError prefers runc's own last error message, from its JSON log, to the bare exit
-// status go-runc reports: `exec: "nosuch": executable file not found in $PATH` says more
-// than "exit status 1".
-func (p *Init) runtimeError(err error, op string) error {
-	if msg := LastRuncError(p.runtime.Log); msg != "" {
-		return fmt.Errorf("runc %s: %s", op, msg)
-	}
-	return fmt.Errorf("runc %s: %w", op, err)
-}
-
-// notExist reports whether runc failed because it does not know the container: a container
-// deleted behind the shim's back is as deleted as can be.
-func (p *Init) notExist(err error) bool {
-	return strings.Contains(err.Error()+LastRuncError(p.runtime.Log), "does not exist")
-}
-
-// LastRuncError is the message of the last error in runc's JSON log at path.
-func LastRuncError(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	var msg string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		var entry struct {
-			Level string `json:"level"`
-			Msg   string `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &entry) == nil && (entry.Level == "error" || entry.Level == "fatal") {
-			msg = entry.Msg
-		}
-	}
-	return strings.TrimSpace(msg)
-}
-
-// ForceDelete is what the delete action does for a container whose shim died: runc delete
-// --force, which kills what is left, then the rootfs unmount.
-func ForceDelete(ctx context.Context, o Options, namespace, id, bundle string) error {
-	// Both steps are tried whatever the other did: the delete action reports what failed and
-	// goes on, as containerd's runc shim does.
-	var errs []error
-	r := NewRuntime(o, namespace, bundle)
-	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
-		if msg := LastRuncError(r.Log) + err.Error(); !strings.Contains(msg, "does not exist") {
-			errs = append(errs, fmt.Errorf("runc delete --force: %s", LastRuncError(r.Log)))
-		}
-	}
-	if err := UnmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
 }

@@ -43,8 +43,9 @@ func KillAllOnExit(dir string) bool {
 // KillAll sends SIGKILL to every process left in the container's cgroup with runc kill --all,
 // which runc allows for a stopped container.
 func (p *Init) KillAll(ctx context.Context) error {
+	mark := logEnd(p.runtime.Log)
 	if err := p.runtime.Kill(ctx, p.id, int(unix.SIGKILL), &runc.KillOpts{All: true}); err != nil {
-		return fmt.Errorf("kill what is left of %s: %w", p.id, p.killError(err))
+		return fmt.Errorf("kill what is left of %s: %w", p.id, p.killError(err, mark))
 	}
 	return nil
 }

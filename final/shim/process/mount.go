@@ -18,19 +18,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxRootfsMounts bounds the mounts of one Create. A snapshotter hands over one mount, or a few
+// maxRootfsMounts bounds the mounts of one Create. A snapshotter hands over one mount, or a few
 // with containerd 2.x's mount manager; nothing else bounds a request of up to 4 MiB, which
 // could otherwise stack tens of thousands of mounts in the host's mount namespace.
-const MaxRootfsMounts = 128
+const maxRootfsMounts = 128
 
-// MountRootfs mounts each of mounts on target, in order, with containerd's own mount code:
+// mountRootfs mounts each of mounts on target, in order, with containerd's own mount code:
 // it knows what the snapshotters hand over (idmapped uidmap=/gidmap= overlays, lowerdir lists
 // longer than a page, loop devices, FUSE helpers), and it keeps a mount's per-mount flags
 // through the read-only remount of a bind. target must be a directory or not exist: a symlink
-// would have the mounts land wherever it points. On failure MountRootfs undoes what it did.
-func MountRootfs(mounts []*types.Mount, target string) error {
-	if len(mounts) > MaxRootfsMounts {
-		return fmt.Errorf("%d rootfs mounts, more than %d: %w", len(mounts), MaxRootfsMounts, errdefs.ErrInvalidArgument)
+// would have the mounts land wherever it points. On failure mountRootfs undoes what it did.
+func mountRootfs(mounts []*types.Mount, target string) error {
+	if len(mounts) > maxRootfsMounts {
+		return fmt.Errorf("%d rootfs mounts, more than %d: %w", len(mounts), maxRootfsMounts, errdefs.ErrInvalidArgument)
 	}
 	for _, m := range mounts {
 		if err := checkMount(m); err != nil {
@@ -53,7 +53,7 @@ func MountRootfs(mounts []*types.Mount, target string) error {
 	for i, m := range mount.FromProto(mounts) {
 		if err := m.Mount(target); err != nil {
 			if i > 0 {
-				_ = UnmountAll(target)
+				_ = unmountAll(target)
 			}
 			return mountError(m, target, err)
 		}
@@ -88,12 +88,12 @@ func mountError(m mount.Mount, target string, err error) error {
 	return fmt.Errorf("mount %s (%s) on %s: %w", m.Source, m.Type, target, err)
 }
 
-// UnmountAll removes every mount stacked on target and below it, however many; a target that
+// unmountAll removes every mount stacked on target and below it, however many; a target that
 // is not a mount point, or does not exist, is fine. It never follows a symlink: one swapped in
 // for the rootfs would otherwise have the shim unmount whatever the link names. A mount still
 // in use (by a process on its way out, or by a mount below it) is detached, and freed by the
 // kernel once nothing uses it.
-func UnmountAll(target string) error {
+func unmountAll(target string) error {
 	for {
 		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
 		switch {

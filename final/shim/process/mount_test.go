@@ -75,12 +75,12 @@ func writeFile(t *testing.T, path, data string) {
 
 func mountAndUnmount(t *testing.T, mounts []*types.Mount, target string) {
 	t.Helper()
-	if err := MountRootfs(mounts, target); err != nil {
-		t.Fatalf("MountRootfs: %v", err)
+	if err := mountRootfs(mounts, target); err != nil {
+		t.Fatalf("mountRootfs: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := UnmountAll(target); err != nil {
-			t.Errorf("UnmountAll: %v", err)
+		if err := unmountAll(target); err != nil {
+			t.Errorf("unmountAll: %v", err)
 		}
 		if left := mountsUnder(t, target); len(left) > 0 {
 			t.Errorf("mounts left on %s: %d", target, len(left))
@@ -112,7 +112,7 @@ func TestMountReadOnlyKeepsFlags(t *testing.T) {
 	}
 }
 
-// UnmountAll takes off every mount stacked on the target, however many there are.
+// unmountAll takes off every mount stacked on the target, however many there are.
 func TestUnmountAllStacked(t *testing.T) {
 	target := filepath.Join(mountDir(t), "rootfs")
 	mkdirs(t, target)
@@ -128,32 +128,32 @@ func TestUnmountAllStacked(t *testing.T) {
 	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=64k"); err != nil {
 		t.Fatal(err)
 	}
-	if err := UnmountAll(target); err != nil {
-		t.Fatalf("UnmountAll of %d stacked mounts: %v", n+1, err)
+	if err := unmountAll(target); err != nil {
+		t.Fatalf("unmountAll of %d stacked mounts: %v", n+1, err)
 	}
 	if left := mountsUnder(t, target); len(left) > 0 {
 		t.Errorf("%d of %d mounts left", len(left), n+1)
 	}
 }
 
-// A Create may not stack more than MaxRootfsMounts mounts: it is refused before any is made.
+// A Create may not stack more than maxRootfsMounts mounts: it is refused before any is made.
 func TestMountRootfsBound(t *testing.T) {
 	target := filepath.Join(mountDir(t), "rootfs")
-	mounts := make([]*types.Mount, MaxRootfsMounts+1)
+	mounts := make([]*types.Mount, maxRootfsMounts+1)
 	for i := range mounts {
 		mounts[i] = &types.Mount{Type: "tmpfs", Source: "tmpfs", Options: []string{"size=64k"}}
 	}
-	err := MountRootfs(mounts, target)
+	err := mountRootfs(mounts, target)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("MountRootfs of %d mounts: %v, want InvalidArgument", len(mounts), err)
+		t.Errorf("mountRootfs of %d mounts: %v, want InvalidArgument", len(mounts), err)
 	}
 	if left := mountsUnder(t, target); len(left) > 0 {
 		t.Errorf("%d mounts made", len(left))
 	}
 	// The bound itself is fine.
-	mountAndUnmount(t, mounts[:MaxRootfsMounts], target)
-	if got := len(mountsUnder(t, target)); got != MaxRootfsMounts {
-		t.Errorf("%d mounts, want %d", got, MaxRootfsMounts)
+	mountAndUnmount(t, mounts[:maxRootfsMounts], target)
+	if got := len(mountsUnder(t, target)); got != maxRootfsMounts {
+		t.Errorf("%d mounts, want %d", got, maxRootfsMounts)
 	}
 }
 
@@ -166,9 +166,9 @@ func TestRootfsSymlink(t *testing.T) {
 	if err := os.Symlink(elsewhere, target); err != nil {
 		t.Fatal(err)
 	}
-	err := MountRootfs([]*types.Mount{{Type: "tmpfs", Source: "tmpfs"}}, target)
+	err := mountRootfs([]*types.Mount{{Type: "tmpfs", Source: "tmpfs"}}, target)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("MountRootfs on a symlink: %v, want InvalidArgument", err)
+		t.Errorf("mountRootfs on a symlink: %v, want InvalidArgument", err)
 	}
 	if left := mountsUnder(t, elsewhere); len(left) > 0 {
 		t.Fatalf("mounted through the symlink on %s", elsewhere)
@@ -179,11 +179,11 @@ func TestRootfsSymlink(t *testing.T) {
 	if err := unix.Mount("tmpfs", elsewhere, "tmpfs", 0, "size=64k"); err != nil {
 		t.Fatal(err)
 	}
-	if err := UnmountAll(target); err != nil {
-		t.Errorf("UnmountAll of a symlink: %v", err)
+	if err := unmountAll(target); err != nil {
+		t.Errorf("unmountAll of a symlink: %v", err)
 	}
 	if left := mountsUnder(t, elsewhere); len(left) != 1 {
-		t.Errorf("UnmountAll through a symlink: %d mounts left on its target, want 1", len(left))
+		t.Errorf("unmountAll through a symlink: %d mounts left on its target, want 1", len(left))
 	}
 }
 
@@ -257,8 +257,8 @@ func TestMountLoop(t *testing.T) {
 		t.Fatalf("mkfs.ext4: %v: %s", err, out)
 	}
 	target := filepath.Join(dir, "rootfs")
-	if err := MountRootfs([]*types.Mount{{Type: "ext4", Source: image, Options: []string{"loop", "ro"}}}, target); err != nil {
-		t.Fatalf("MountRootfs: %v", err)
+	if err := mountRootfs([]*types.Mount{{Type: "ext4", Source: image, Options: []string{"loop", "ro"}}}, target); err != nil {
+		t.Fatalf("mountRootfs: %v", err)
 	}
 	data, err := os.ReadFile(filepath.Join(target, "hello"))
 	if err != nil || string(data) != "from the image" {
@@ -267,7 +267,7 @@ func TestMountLoop(t *testing.T) {
 	if o := top(t, target).Options; !strings.HasPrefix(o, "ro") {
 		t.Errorf("mounted with %q, want ro", o)
 	}
-	if err := UnmountAll(target); err != nil {
+	if err := unmountAll(target); err != nil {
 		t.Fatal(err)
 	}
 	// The device is released with its last mount (autoclear): none still holds the image.

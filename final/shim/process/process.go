@@ -4,12 +4,10 @@ package process
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/containerd/containerd/api/types/task"
-	"github.com/containerd/errdefs"
 
 	"github.com/shimwalk/shimwalk/final/shim/stdio"
 )
@@ -32,9 +30,11 @@ type base struct {
 	id    string // the container id for init, the exec id for an exec
 	stdio stdio.Config
 
+	rules *rules // the state machine: initRules or execRules
+
 	mu      sync.Mutex
 	pid     int           // guarded by mu
-	status  task.Status   // guarded by mu
+	status  task.Status   // guarded by mu; moved only by advance
 	exit    *Exit         // guarded by mu; set once, by SetExited
 	done    chan struct{} // closed by SetExited, or by release for a process that never ran
 	closed  bool          // guarded by mu; done is closed
@@ -42,8 +42,8 @@ type base struct {
 	console *stdio.Console
 }
 
-func newBase(id string, cfg stdio.Config) base {
-	return base{id: id, stdio: cfg, done: make(chan struct{})}
+func newBase(id string, cfg stdio.Config, r *rules) base {
+	return base{id: id, stdio: cfg, rules: r, status: task.Status_CREATED, done: make(chan struct{})}
 }
 
 // ID is the container id of an init, the exec id of an exec.
@@ -84,9 +84,7 @@ func (p *base) SetExited(status int, at time.Time) {
 		return
 	}
 	p.exit = &Exit{Status: status, At: at}
-	if p.status != task.Status_UNKNOWN { // deleted stays deleted
-		p.status = task.Status_STOPPED
-	}
+	p.advance(opExit)
 	if p.console != nil {
 		// The copy ends with the process, not with the last holder of its terminal.
 		p.console.Shutdown()
@@ -155,38 +153,4 @@ func (p *base) closeIO() {
 		io.Wait(5 * time.Second)
 		io.Close()
 	}
-}
-
-func (p *base) stateError(op string) error {
-	switch p.status {
-	case task.Status_UNKNOWN:
-		return fmt.Errorf("%s: process %s is deleted: %w", op, p.id, errdefs.ErrNotFound)
-	case task.Status_STOPPED:
-		return fmt.Errorf("%s: process %s has already exited: %w", op, p.id, errdefs.ErrFailedPrecondition)
-	}
-	return fmt.Errorf("%s: process %s is %s: %w", op, p.id, statusName(p.status), errdefs.ErrFailedPrecondition)
-}
-
-// finished is the error for signalling a process that has exited or was deleted: NotFound and
-// nothing else, as containerd's runc shim answers ("process already finished"). Callers such as
-// CRI's StopContainer take NotFound as "nothing left to stop"; joined with stateError's
-// FailedPrecondition, the error would travel as FailedPrecondition, the first class errgrpc finds.
-func (p *base) finished(op string) error {
-	return fmt.Errorf("%s: process %s has already finished: %w", op, p.id, errdefs.ErrNotFound)
-}
-
-func statusName(s task.Status) string {
-	switch s {
-	case task.Status_CREATED:
-		return "created"
-	case task.Status_RUNNING:
-		return "running"
-	case task.Status_PAUSED:
-		return "paused"
-	case task.Status_PAUSING:
-		return "pausing"
-	case task.Status_STOPPED:
-		return "stopped"
-	}
-	return "deleted"
 }

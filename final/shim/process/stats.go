@@ -19,12 +19,9 @@ import (
 // the init's pid and remembered: after the init has exited (and until Delete) the cgroup is
 // still there to read, the pid is not.
 func (p *Init) Stats(ctx context.Context) (*anypb.Any, error) {
-	p.mu.Lock()
-	if p.status == deleted {
-		defer p.mu.Unlock()
-		return nil, p.stateError("stats")
+	if err := p.check(opStats); err != nil {
+		return nil, err
 	}
-	p.mu.Unlock()
 	cg, err := p.cgroup()
 	if err != nil {
 		return nil, err
