@@ -46,10 +46,9 @@
 // spec is read bounded (MaxSpecSize), non-blocking and never through a symlink, and what the
 // request got wrong is refused with InvalidArgument, a failure of the host's is not.
 //
-// Options is the type options.json stores, and process.Options is the same type by another
-// name: the file's format is decided here, next to its reader and writer, and the process
-// package, which turns the options into a runc command line, uses the type without knowing the
-// file. Bootstrap is likewise the start reply's JSON, which the shim prints and the driver
+// Options is the type options.json stores: the file's format is decided here, next to its
+// reader and writer, and the process package, which turns the options into a runc command line,
+// uses the type without knowing the file. Bootstrap is likewise the start reply's JSON, which the shim prints and the driver
 // keeps as bootstrap.json.
 //
 // The package is internal to final/: the steps' shims are self-contained and spell their own

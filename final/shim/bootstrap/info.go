@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 )
 
@@ -39,7 +40,7 @@ func printInfo(version, revision string) error {
 		Name:    RuntimeName,
 		Version: &apitypes.RuntimeVersion{Version: version, Revision: revision},
 	}
-	var o process.Options
+	var o bundle.Options
 	if len(in) > 0 {
 		var opts anypb.Any
 		if err := proto.Unmarshal(in, &opts); err != nil {

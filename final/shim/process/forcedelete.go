@@ -14,22 +14,24 @@ import (
 	"path/filepath"
 
 	runc "github.com/containerd/go-runc"
+
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // ForceDelete is what the delete action does for a container whose shim died: runc delete
 // --force, which kills what is left, then the rootfs unmount.
-func ForceDelete(ctx context.Context, o Options, namespace, id, bundle string) error {
+func ForceDelete(ctx context.Context, o bundle.Options, namespace, id, dir string) error {
 	// Both steps are tried whatever the other did: the delete action reports what failed and
 	// goes on, as containerd's runc shim does.
 	var errs []error
-	r := NewRuntime(o, namespace, bundle)
+	r := NewRuntime(o, namespace, dir)
 	mark := logEnd(r.Log)
 	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
 		if msg := lastRuncError(r.Log, mark); missingIn(err.Error(), msg) != containerMissing {
 			errs = append(errs, fmt.Errorf("runc delete --force: %s", msg))
 		}
 	}
-	if err := unmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := unmountAll(filepath.Join(dir, bundle.RootfsDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -32,7 +32,7 @@ type CreateConfig struct {
 	Stdio                 stdio.Config
 	Checkpoint            string // restore from this image directory instead of creating
 	ParentCheckpoint      string
-	Options               Options
+	Options               bundle.Options
 	// Monitor starts runc and logging binaries so that their exits go to their callers.
 	Monitor runc.ProcessMonitor
 }
@@ -43,7 +43,7 @@ type Init struct {
 	Bundle    string
 	namespace string
 	runtime   *runc.Runc
-	opts      Options
+	opts      bundle.Options
 	rootfs    string            // where the request's mounts were mounted; "" when there were none
 	restore   *runc.RestoreOpts // guarded by mu; the checkpoint Start restores, until it has
 	monitor   runc.ProcessMonitor

@@ -14,6 +14,8 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -23,13 +25,13 @@ import (
 // runtimeoptions.v1.Options, which containerd sends for runtimes other than runc (from a CRI
 // runtime handler's options, or ctr's --runtime-config-path) and whose TOML config carries the
 // same fields. No options means the defaults; options of another type are an error.
-func ParseOptions(a *anypb.Any) (Options, string, error) {
+func ParseOptions(a *anypb.Any) (bundle.Options, string, error) {
 	if a == nil || (a.GetTypeUrl() == "" && len(a.GetValue()) == 0) {
-		return Options{}, "", nil
+		return bundle.Options{}, "", nil
 	}
 	v, err := typeurl.UnmarshalAny(a)
 	if err != nil {
-		return Options{}, "", fmt.Errorf("runtime options of type %q: %v: %w", a.GetTypeUrl(), err, errdefs.ErrInvalidArgument)
+		return bundle.Options{}, "", fmt.Errorf("runtime options of type %q: %v: %w", a.GetTypeUrl(), err, errdefs.ErrInvalidArgument)
 	}
 	var o *options.Options
 	switch v := v.(type) {
@@ -37,15 +39,15 @@ func ParseOptions(a *anypb.Any) (Options, string, error) {
 		o = v
 	case *runtimeoptions.Options:
 		if o, err = fromConfig(v); err != nil {
-			return Options{}, "", err
+			return bundle.Options{}, "", err
 		}
 	default:
-		return Options{}, "", fmt.Errorf("runtime options of type %q: want containerd.runc.v1.Options or runtimeoptions.v1.Options: %w", a.GetTypeUrl(), errdefs.ErrInvalidArgument)
+		return bundle.Options{}, "", fmt.Errorf("runtime options of type %q: want containerd.runc.v1.Options or runtimeoptions.v1.Options: %w", a.GetTypeUrl(), errdefs.ErrInvalidArgument)
 	}
 	if strings.ContainsAny(o.BinaryName, "\x00\n") || strings.ContainsAny(o.Root, "\x00\n") {
-		return Options{}, "", fmt.Errorf("runtime options: binary name or root has a control character: %w", errdefs.ErrInvalidArgument)
+		return bundle.Options{}, "", fmt.Errorf("runtime options: binary name or root has a control character: %w", errdefs.ErrInvalidArgument)
 	}
-	return Options{
+	return bundle.Options{
 		BinaryName: o.BinaryName, Root: o.Root, SystemdCgroup: o.SystemdCgroup,
 		NoPivotRoot: o.NoPivotRoot, NoNewKeyring: o.NoNewKeyring,
 		IoUID: int(o.IoUid), IoGID: int(o.IoGid),

@@ -14,6 +14,7 @@ import (
 	runc "github.com/containerd/go-runc"
 
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
+	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // TestMissingIn classifies what runc 1.1.5 and crun 1.8.1 say, word for word, when they fail
@@ -144,8 +145,8 @@ func TestCallersOfMissingIn(t *testing.T) {
 			if (err == nil) != c.done {
 				t.Errorf("Delete: %v, want done: %v", err, c.done)
 			}
-			bundle := t.TempDir()
-			err = ForceDelete(ctx, Options{BinaryName: c.runc, Root: t.TempDir()}, "ns", "c1", bundle)
+			dir := t.TempDir()
+			err = ForceDelete(ctx, bundle.Options{BinaryName: c.runc, Root: t.TempDir()}, "ns", "c1", dir)
 			if (err == nil) != c.done {
 				t.Errorf("ForceDelete: %v, want done: %v", err, c.done)
 			}
@@ -178,9 +179,9 @@ func TestOnlyTheCallsOwnLogCounts(t *testing.T) {
 		}
 	})
 	t.Run("force delete", func(t *testing.T) {
-		bundle := t.TempDir()
-		writeLog(t, filepath.Join(bundle, "log.json"), "container does not exist")
-		if err := ForceDelete(ctx, Options{BinaryName: silent, Root: t.TempDir()}, "ns", "c1", bundle); err == nil {
+		dir := t.TempDir()
+		writeLog(t, filepath.Join(dir, bundle.RuncLogFile), "container does not exist")
+		if err := ForceDelete(ctx, bundle.Options{BinaryName: silent, Root: t.TempDir()}, "ns", "c1", dir); err == nil {
 			t.Error("ForceDelete that failed silently after an old error: no error")
 		}
 	})

@@ -19,12 +19,9 @@ import (
 // directory below it.
 const DefaultRuncRoot = "/run/shimwalk/runc"
 
-// Options are the runtime options; options.json in the bundle keeps them for the delete action.
-type Options = bundle.Options
-
 // NewRuntime returns the runc CLI for a container of namespace with its bundle at dir.
 // Each namespace gets its own state root, so equal ids in different namespaces do not collide.
-func NewRuntime(o Options, namespace, dir string) *runc.Runc {
+func NewRuntime(o bundle.Options, namespace, dir string) *runc.Runc {
 	root := o.Root
 	if root == "" {
 		root = DefaultRuncRoot
