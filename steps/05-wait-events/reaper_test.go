@@ -9,9 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,11 +148,8 @@ func runToExit(d *driver.Driver, rootfs string, i int) (err error) {
 	}
 	// The trap is set once sh runs its script; until then SIGTERM would be ignored by PID 1.
 	// Before runc start execs sh, the same pid is `runc init`, whose Go runtime catches
-	// every signal: so look for the handler only once the process is busybox.
-	if err := waitFor(ctx, func() bool {
-		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", created.Pid))
-		return strings.HasSuffix(exe, "/busybox") && catches(int(created.Pid), 15)
-	}); err != nil {
+	// every signal: ShellTraps looks for the handler only once the process is busybox.
+	if err := waitFor(ctx, func() bool { return testkit.ShellTraps(int(created.Pid), syscall.SIGTERM) }); err != nil {
 		return fmt.Errorf("%s: the trap was never set: %w", id, err)
 	}
 	if _, err := svc.Kill(ctx, &taskapi.KillRequest{ID: id, Signal: 15}); err != nil {
@@ -174,18 +170,6 @@ func runToExit(d *driver.Driver, rootfs string, i int) (err error) {
 		return fmt.Errorf("%s: Delete reports pid %d status %d, want pid %d status %d", id, resp.Pid, resp.ExitStatus, created.Pid, want)
 	}
 	return nil
-}
-
-// catches reports whether process pid has a handler for signal sig (SigCgt in its status).
-func catches(pid, sig int) bool {
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(status), "\n") {
-		if mask, ok := strings.CutPrefix(line, "SigCgt:\t"); ok {
-			bits, err := strconv.ParseUint(mask, 16, 64)
-			return err == nil && bits&(1<<(sig-1)) != 0
-		}
-	}
-	return false
 }
 
 // waitFor polls cond until it holds or ctx ends.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,7 +130,7 @@ func TestContainerdRunRm(t *testing.T) {
 	shim, rootfs := shimBinary(t), testkit.Rootfs(t)
 
 	// ctr events, started first, sees everything that follows.
-	watch := exec.Command("ctr", "--address", c.Address, "events")
+	watch := c.CtrCommand(context.Background(), "events")
 	var seen testkit.Buffer
 	watch.Stdout = &seen
 	if err := watch.Start(); err != nil {
