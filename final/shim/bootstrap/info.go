@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// `shim -info`, as containerd v2.4's runc shim answers it (cmd/containerd-shim-runc-v2/manager
+// manager_linux.go, Info). containerd 2.x asks each runtime handler for it, and decides from
+// the features in it whether to offer recursive read-only mounts and user namespaces there.
+
 package bootstrap
 
 import (
@@ -21,10 +25,6 @@ import (
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 	"github.com/shimwalk/shimwalk/final/shim/process"
 )
-
-// `shim -info`, as containerd v2.4's runc shim answers it (cmd/containerd-shim-runc-v2/manager
-// manager_linux.go, Info). containerd 2.x asks each runtime handler for it, and decides from
-// the features in it whether to offer recursive read-only mounts and user namespaces there.
 
 // featuresURL is the type URL containerd registers for the OCI features document
 // (core/runtime/typeurl.go), whose Any holds it as JSON.

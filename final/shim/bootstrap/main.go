@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The shim binary's entry: its flags, the choice of action (start, delete, -v, -info, or the
+// long-lived shim), and the configuration read from the environment, as containerd v2.4's
+// pkg/shim/shim.go does in parseFlags, RunShim and run.
+
 package bootstrap
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The start action: the group the container joins, the socket, the long-lived shim spawned on
+// it and the reply in the form the calling containerd reads, as containerd v2.4's runc shim
+// does in manager.Start and newShimSocket (cmd/containerd-shim-runc-v2/manager/manager_linux.go).
+
 package bootstrap
 
 import (
