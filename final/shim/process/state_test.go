@@ -74,7 +74,7 @@ func writeFakeRunc(t *testing.T, script string) string {
 }
 
 func (f *stateFixture) init(status task.Status) *Init {
-	bundle := f.t.TempDir()
+	dir := f.t.TempDir()
 	// An empty cgroup2 tree: Stats reads zeros from it instead of the host's cgroups.
 	cg, err := cgroups.LoadV2(f.t.TempDir(), []byte("0::/\n"))
 	if err != nil {
@@ -82,10 +82,10 @@ func (f *stateFixture) init(status task.Status) *Init {
 	}
 	p := &Init{
 		base:   newBase("c1", stdio.Config{}, &initRules),
-		Bundle: bundle,
+		Bundle: dir,
 		runtime: &runc.Runc{
-			Command: f.runc, Root: filepath.Join(bundle, "root"),
-			Log: filepath.Join(bundle, "log.json"), LogFormat: runc.JSON,
+			Command: f.runc, Root: filepath.Join(dir, "root"),
+			Log: filepath.Join(dir, "log.json"), LogFormat: runc.JSON,
 		},
 		cg: cg,
 	}
