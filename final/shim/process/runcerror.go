@@ -2,7 +2,8 @@
 
 // What runc says when it fails: the last error it logged during the failed call, and which
 // failures mean the container or process is gone, as containerd v2.4's runc shim reads them in
-// process.(*Init).runtimeError, getLastRuntimeError and checkKillError (process/utils.go).
+// process.(*Init).runtimeError (process/init.go), getLastRuntimeError and checkKillError
+// (process/utils.go).
 
 package process
 
