@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// TestProcesses: the table holds a live child with this process as its parent, and a child that
-// exited and is not reaped yet as a zombie, which ProcessesWhere leaves out.
+// TestProcesses: the table holds a live child with this process as its parent and its command
+// line, and a child that exited and is not reaped yet as a zombie, which ProcessesWhere leaves
+// out.
 func TestProcesses(t *testing.T) {
 	live := exec.Command("sleep", "1000")
 	exited := exec.Command("true")
@@ -38,8 +39,8 @@ func TestProcesses(t *testing.T) {
 	}
 
 	procs := Processes()
-	if p, ok := procs[live.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State == 'Z' {
-		t.Errorf("the live child: %+v (listed %v), want parent %d, not a zombie", p, ok, os.Getpid())
+	if p, ok := procs[live.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State == 'Z' || p.Command != "sleep 1000" {
+		t.Errorf("the live child: %+v (listed %v), want parent %d, not a zombie, command \"sleep 1000\"", p, ok, os.Getpid())
 	}
 	if p, ok := procs[exited.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State != 'Z' {
 		t.Errorf("the exited child: %+v (listed %v), want parent %d, a zombie", p, ok, os.Getpid())
