@@ -23,7 +23,7 @@ func ForceDelete(ctx context.Context, o bundle.Options, namespace, id, dir strin
 	// Both steps are tried whatever the other did: the delete action reports what failed and
 	// goes on, as containerd's runc shim does.
 	var errs []error
-	r := NewRuntime(o, namespace, dir)
+	r := newRuntime(o, namespace, dir)
 	mark := logEnd(r.Log)
 	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
 		if msg := lastRuncError(r.Log, mark); missingIn(err.Error(), msg) != containerMissing {
