@@ -37,7 +37,7 @@ func printInfo(version, revision string) error {
 		return fmt.Errorf("read options: %w", err)
 	}
 	info := &apitypes.RuntimeInfo{
-		Name:    RuntimeName,
+		Name:    runtimeName,
 		Version: &apitypes.RuntimeVersion{Version: version, Revision: revision},
 	}
 	var o bundle.Options

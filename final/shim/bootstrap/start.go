@@ -35,9 +35,9 @@ import (
 	"github.com/shimwalk/shimwalk/final/shim/process"
 )
 
-// DefaultSocketDir is where sockets go when neither containerd (socket_dir) nor the
+// defaultSocketDir is where sockets go when neither containerd (socket_dir) nor the
 // environment (SHIMWALK_SOCKET_DIR) says otherwise.
-const DefaultSocketDir = "/run/shimwalk/s"
+const defaultSocketDir = "/run/shimwalk/s"
 
 // groupLabels are the spec annotations that put containers into one shim, first match wins.
 var groupLabels = []string{"io.containerd.shimwalk.v2.group", "io.kubernetes.cri.sandbox-id"}
@@ -93,7 +93,7 @@ func readRequest(f flags, in []byte) (request, error) {
 		}
 	}
 	if r.socketDir == "" {
-		r.socketDir = DefaultSocketDir
+		r.socketDir = defaultSocketDir
 	}
 	if !filepath.IsAbs(r.socketDir) {
 		return r, fmt.Errorf("socket directory %q is not absolute", r.socketDir)
