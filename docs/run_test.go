@@ -70,7 +70,7 @@ func (s *sandbox) run(root, script string) (string, string, error) {
 func (s *sandbox) cleanup(t *testing.T) {
 	t.Helper()
 	for _, pid := range processesUnder(s.dir) {
-		t.Errorf("process %d (%s) outlived the docs' commands", pid, strings.Join(testkit.Cmdline(pid), " "))
+		t.Errorf("process %d (%s) outlived the docs' commands", pid, strings.Join(driver.Cmdline(pid), " "))
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	namespaces, _ := os.ReadDir(s.runcRoot)

@@ -77,14 +77,14 @@ func (d *Driver) CreateBundle(id string) (string, error) {
 }
 
 // command builds a shim invocation the way containerd v2.4 core/runtime/v2/command.go command does.
-func (d *Driver) command(ctx context.Context, bundle string, args ...string) *exec.Cmd {
+func (d *Driver) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	self, _ := os.Executable()
 	base := []string{"-namespace", d.Namespace, "-address", d.Address, "-publish-binary", self}
 	if d.Debug {
 		base = append(base, "-debug")
 	}
 	cmd := exec.CommandContext(ctx, d.Shim, append(base, args...)...)
-	cmd.Dir = bundle
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"TTRPC_ADDRESS="+d.TTRPCAddress,
 		"GRPC_ADDRESS="+d.Address,
@@ -158,15 +158,15 @@ func (d *Driver) DeleteShim(ctx context.Context, id string) (*taskapi.DeleteResp
 // RemoveBundle deletes the bundle of id. It refuses while anything is mounted inside it, so a
 // rootfs the shim failed to unmount is never emptied through its mount point.
 func (d *Driver) RemoveBundle(id string) error {
-	bundle := d.Bundle(id)
-	mounts, err := MountsUnder(bundle)
+	dir := d.Bundle(id)
+	mounts, err := MountsUnder(dir)
 	if err != nil {
 		return err
 	}
 	if len(mounts) > 0 {
-		return fmt.Errorf("bundle %s still has mounts: %s", bundle, strings.Join(mounts, ", "))
+		return fmt.Errorf("bundle %s still has mounts: %s", dir, strings.Join(mounts, ", "))
 	}
-	if err := os.RemoveAll(bundle); err != nil {
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove bundle: %w", err)
 	}
 	return nil

@@ -42,8 +42,8 @@ func ReadProc(pid int) (Proc, error) {
 	p.PPid, _ = strconv.Atoi(f[1])
 	p.Pgid, _ = strconv.Atoi(f[2])
 	p.Sid, _ = strconv.Atoi(f[3])
-	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && len(cmdline) > 0 {
-		p.Command = strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+	if args := Cmdline(pid); len(args) > 0 {
+		p.Command = strings.Join(args, " ")
 	}
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	for _, t := range tasks {

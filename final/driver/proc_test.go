@@ -7,11 +7,13 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
-	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// TestProcesses: the table holds a live child with this process as its parent, and a child that
-// exited and is not reaped yet as a zombie, which ProcessesWhere leaves out.
+// TestProcesses: the table holds a live child with this process as its parent and its command
+// line, and a child that exited and is not reaped yet as a zombie, which ProcessesWhere leaves
+// out.
 func TestProcesses(t *testing.T) {
 	live := exec.Command("sleep", "1000")
 	exited := exec.Command("true")
@@ -25,21 +27,16 @@ func TestProcesses(t *testing.T) {
 		_ = live.Wait()
 		_ = exited.Wait()
 	})
-	// Nothing reaps the exited child until the cleanup: it turns zombie, which /proc shows.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if p, err := ReadProc(exited.Process.Pid); err == nil && p.State == 'Z' {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the exited child %d never showed as a zombie", exited.Process.Pid)
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Waiting with WNOWAIT returns once the child has exited and leaves it unreaped until the
+	// cleanup: a zombie, which /proc shows.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, exited.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
 	}
 
 	procs := Processes()
-	if p, ok := procs[live.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State == 'Z' {
-		t.Errorf("the live child: %+v (listed %v), want parent %d, not a zombie", p, ok, os.Getpid())
+	if p, ok := procs[live.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State == 'Z' || p.Command != "sleep 1000" {
+		t.Errorf("the live child: %+v (listed %v), want parent %d, not a zombie, command \"sleep 1000\"", p, ok, os.Getpid())
 	}
 	if p, ok := procs[exited.Process.Pid]; !ok || p.PPid != os.Getpid() || p.State != 'Z' {
 		t.Errorf("the exited child: %+v (listed %v), want parent %d, a zombie", p, ok, os.Getpid())

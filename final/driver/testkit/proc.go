@@ -28,9 +28,6 @@ func Alive(pid int) bool { return driver.Alive(pid) }
 // driver.ProcessesWhere.
 func ProcessesWhere(match func(args []string) bool) []int { return driver.ProcessesWhere(match) }
 
-// Cmdline is pid's argument list; nil once it is gone.
-func Cmdline(pid int) []string { return driver.Cmdline(pid) }
-
 // ShellTraps reports whether pid, a container's init running busybox sh, has set its trap for
 // sig. Until runc start has exec'd sh, the same pid is runc's init, whose Go runtime catches
 // every signal: so the handler (SigCgt in the process's status) counts only once the process

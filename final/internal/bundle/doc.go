@@ -48,8 +48,8 @@
 //
 // Options is the type options.json stores: the file's format is decided here, next to its
 // reader and writer, and the process package, which turns the options into a runc command line,
-// uses the type without knowing the file. Bootstrap is likewise the start reply's JSON, which the shim prints and the driver
-// keeps as bootstrap.json.
+// uses the type without knowing the file. Bootstrap is likewise the start reply's JSON, which
+// the shim prints and the driver keeps as bootstrap.json.
 //
 // The package is internal to final/: the steps' shims are self-contained and spell their own
 // names, and code outside final/ (the steps' tests, bench, tools) reads a bundle through the

@@ -28,31 +28,28 @@ type Options struct {
 	CriuWorkPath  string
 }
 
-// optionsFile is where a container's runtime options are kept in its bundle: the delete action,
-// run when the shim is gone, must drive the same runc binary and root as the shim did.
-const optionsFile = "options.json"
-
-// SaveOptions records o in bundle.
-func SaveOptions(bundle string, o Options) error {
+// SaveOptions records o as dir's OptionsFile: the delete action, run when the shim is gone,
+// must drive the same runc binary and root as the shim did.
+func SaveOptions(dir string, o Options) error {
 	data, err := json.Marshal(o)
 	if err != nil {
 		return fmt.Errorf("encode options: %w", err)
 	}
-	return fsutil.WriteFileAtomic(filepath.Join(bundle, optionsFile), data, 0o600)
+	return fsutil.WriteFileAtomic(filepath.Join(dir, OptionsFile), data, 0o600)
 }
 
-// LoadOptions reads the options SaveOptions recorded in bundle; none recorded means defaults.
-func LoadOptions(bundle string) (Options, error) {
+// LoadOptions reads the options SaveOptions recorded in dir; none recorded means defaults.
+func LoadOptions(dir string) (Options, error) {
 	var o Options
-	data, err := os.ReadFile(filepath.Join(bundle, optionsFile))
+	data, err := os.ReadFile(filepath.Join(dir, OptionsFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return o, nil
 	}
 	if err != nil {
-		return o, fmt.Errorf("read %s: %w", optionsFile, err)
+		return o, fmt.Errorf("read %s: %w", OptionsFile, err)
 	}
 	if err := json.Unmarshal(data, &o); err != nil {
-		return o, fmt.Errorf("%s: %w", optionsFile, err)
+		return o, fmt.Errorf("%s: %w", OptionsFile, err)
 	}
 	return o, nil
 }

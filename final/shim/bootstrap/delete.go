@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The delete action, which containerd runs when it cannot reach a task's shim: runc's state and
+// the rootfs removed, a dead shim's socket too, and the init's exit reported, as containerd
+// v2.4's runc shim does in manager.Stop (cmd/containerd-shim-runc-v2/manager/manager_linux.go).
+
 package bootstrap
 
 import (

@@ -13,4 +13,7 @@
 // It is the edge of the shim: the only package that reads the environment (SHIMWALK_SOCKET_DIR,
 // SHIMWALK_RUNC_ROOT, MAX_SHIM_VERSION, TTRPC_ADDRESS, SCHED_CORE). What the packages below need
 // of it, it passes down in their configuration.
+//
+// main.go holds the flags, the dispatch and that configuration, start.go the start action,
+// delete.go the delete action and info.go -info.
 package bootstrap

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// `shim -info`, as containerd v2.4's runc shim answers it (cmd/containerd-shim-runc-v2/manager
+// manager_linux.go, Info). containerd 2.x asks each runtime handler for it, and decides from
+// the features in it whether to offer recursive read-only mounts and user namespaces there.
+
 package bootstrap
 
 import (
@@ -22,10 +26,6 @@ import (
 	"github.com/shimwalk/shimwalk/final/shim/process"
 )
 
-// `shim -info`, as containerd v2.4's runc shim answers it (cmd/containerd-shim-runc-v2/manager
-// manager_linux.go, Info). containerd 2.x asks each runtime handler for it, and decides from
-// the features in it whether to offer recursive read-only mounts and user namespaces there.
-
 // featuresURL is the type URL containerd registers for the OCI features document
 // (core/runtime/typeurl.go), whose Any holds it as JSON.
 var featuresURL = "types.containerd.io/opencontainers/runtime-spec/" + strconv.Itoa(specs.VersionMajor) + "/features/Features"
@@ -37,7 +37,7 @@ func printInfo(version, revision string) error {
 		return fmt.Errorf("read options: %w", err)
 	}
 	info := &apitypes.RuntimeInfo{
-		Name:    RuntimeName,
+		Name:    runtimeName,
 		Version: &apitypes.RuntimeVersion{Version: version, Revision: revision},
 	}
 	var o bundle.Options

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The shim binary's entry: its flags, the choice of action (start, delete, -v, -info, or the
+// long-lived shim), and the configuration read from the environment, as containerd v2.4's
+// pkg/shim/shim.go does in parseFlags, RunShim and run.
+
 package bootstrap
 
 import (
@@ -20,8 +24,8 @@ import (
 	"github.com/shimwalk/shimwalk/final/shim/server"
 )
 
-// RuntimeName is the runtime operators name in containerd's configuration.
-const RuntimeName = "io.containerd.shimwalk.v2"
+// runtimeName is the runtime operators name in containerd's configuration.
+const runtimeName = "io.containerd.shimwalk.v2"
 
 // flags are what containerd passes to every shim invocation.
 type flags struct {
@@ -84,7 +88,7 @@ func parseFlags(args []string) (flags, error) {
 func dispatch(f flags, version, revision string) error {
 	switch {
 	case f.version:
-		fmt.Printf("%s:\n  Version:  %s\n  Revision: %s\n  Runtime:  %s\n", filepath.Base(os.Args[0]), version, revision, RuntimeName)
+		fmt.Printf("%s:\n  Version:  %s\n  Revision: %s\n  Runtime:  %s\n", filepath.Base(os.Args[0]), version, revision, runtimeName)
 		return nil
 	case f.info:
 		return printInfo(version, revision)

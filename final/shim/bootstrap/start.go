@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The start action: the group the container joins, the socket, the long-lived shim spawned on
+// it and the reply in the form the calling containerd reads, as containerd v2.4's runc shim
+// does in manager.Start and newShimSocket (cmd/containerd-shim-runc-v2/manager/manager_linux.go).
+
 package bootstrap
 
 import (
@@ -31,9 +35,9 @@ import (
 	"github.com/shimwalk/shimwalk/final/shim/process"
 )
 
-// DefaultSocketDir is where sockets go when neither containerd (socket_dir) nor the
+// defaultSocketDir is where sockets go when neither containerd (socket_dir) nor the
 // environment (SHIMWALK_SOCKET_DIR) says otherwise.
-const DefaultSocketDir = "/run/shimwalk/s"
+const defaultSocketDir = "/run/shimwalk/s"
 
 // groupLabels are the spec annotations that put containers into one shim, first match wins.
 var groupLabels = []string{"io.containerd.shimwalk.v2.group", "io.kubernetes.cri.sandbox-id"}
@@ -89,7 +93,7 @@ func readRequest(f flags, in []byte) (request, error) {
 		}
 	}
 	if r.socketDir == "" {
-		r.socketDir = DefaultSocketDir
+		r.socketDir = defaultSocketDir
 	}
 	if !filepath.IsAbs(r.socketDir) {
 		return r, fmt.Errorf("socket directory %q is not absolute", r.socketDir)

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// An exec process: its spec prepared from the init's, its stdio wired and runc exec run at
+// Start, then signalled and deleted, as containerd v2.4's process.execProcess and its states
+// (cmd/containerd-shim-runc-v2/process/exec.go, exec_state.go) do.
+
 package process
 
 import (

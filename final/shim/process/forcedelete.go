@@ -9,7 +9,6 @@ package process
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 
@@ -24,11 +23,11 @@ func ForceDelete(ctx context.Context, o bundle.Options, namespace, id, dir strin
 	// Both steps are tried whatever the other did: the delete action reports what failed and
 	// goes on, as containerd's runc shim does.
 	var errs []error
-	r := NewRuntime(o, namespace, dir)
+	r := newRuntime(o, namespace, dir)
 	mark := logEnd(r.Log)
 	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil {
 		if msg := lastRuncError(r.Log, mark); missingIn(err.Error(), msg) != containerMissing {
-			errs = append(errs, fmt.Errorf("runc delete --force: %s", msg))
+			errs = append(errs, runcFailure("delete --force", msg, err))
 		}
 	}
 	if err := unmountAll(filepath.Join(dir, bundle.RootfsDir)); err != nil && !errors.Is(err, os.ErrNotExist) {

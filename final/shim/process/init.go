@@ -68,7 +68,7 @@ func NewInit(ctx context.Context, cfg CreateConfig) (_ *Init, err error) {
 		base:      newBase(cfg.ID, cfg.Stdio, &initRules),
 		Bundle:    cfg.Bundle,
 		namespace: cfg.Namespace,
-		runtime:   NewRuntime(cfg.Options, cfg.Namespace, cfg.Bundle),
+		runtime:   newRuntime(cfg.Options, cfg.Namespace, cfg.Bundle),
 		opts:      cfg.Options,
 		monitor:   cfg.Monitor,
 	}

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A container's count of OOM kills, read when one of its processes exits so that TaskOOM comes
+// before that process's TaskExit; containerd v2.4's runc shim has its watcher alone publish
+// TaskOOM (pkg/oom/v1, internal/oom, started in cmd/containerd-shim-runc-v2/task/service.go).
+
 package process
 
 import (

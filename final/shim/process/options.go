@@ -1,5 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The options of the requests, decoded from the Anys containerd sends: Create's runtime
+// options, Checkpoint's options, an exec's process spec and Update's resources, as containerd
+// v2.4's runc shim decodes them in runc.NewContainer and Container.Checkpoint
+// (cmd/containerd-shim-runc-v2/runc/container.go) and in process.Init's exec and update
+// (process/init.go).
+
 package process
 
 import (

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// What an init and an exec share: identity, status, exit and the Wait on it, stdin and the
+// terminal, which containerd v2.4's runc shim spreads over the process.Process interface and
+// the fields and SetExited of process.Init and execProcess
+// (cmd/containerd-shim-runc-v2/process/process.go, init.go, exec.go).
+
 package process
 
 import (

@@ -2,7 +2,8 @@
 
 // What runc says when it fails: the last error it logged during the failed call, and which
 // failures mean the container or process is gone, as containerd v2.4's runc shim reads them in
-// process.(*Init).runtimeError, getLastRuntimeError and checkKillError (process/utils.go).
+// process.(*Init).runtimeError (process/init.go), getLastRuntimeError and checkKillError
+// (process/utils.go).
 
 package process
 
@@ -22,7 +23,13 @@ import (
 // than "exit status 1". Only what the failed call wrote counts, from mark (logEnd before the
 // call) on: the log keeps every earlier call's errors, which say nothing about this one.
 func (p *Init) runtimeError(err error, op string, mark int64) error {
-	if msg := lastRuncError(p.runtime.Log, mark); msg != "" {
+	return runcFailure(op, lastRuncError(p.runtime.Log, mark), err)
+}
+
+// runcFailure is the error of runc op that failed with err after logging msg: msg when the call
+// logged one, else err, which says at least how runc ended (a runc killed logs nothing).
+func runcFailure(op, msg string, err error) error {
+	if msg != "" {
 		return fmt.Errorf("runc %s: %s", op, msg)
 	}
 	return fmt.Errorf("runc %s: %w", op, err)

@@ -19,9 +19,9 @@ import (
 // directory below it.
 const DefaultRuncRoot = "/run/shimwalk/runc"
 
-// NewRuntime returns the runc CLI for a container of namespace with its bundle at dir.
+// newRuntime returns the runc CLI for a container of namespace with its bundle at dir.
 // Each namespace gets its own state root, so equal ids in different namespaces do not collide.
-func NewRuntime(o bundle.Options, namespace, dir string) *runc.Runc {
+func newRuntime(o bundle.Options, namespace, dir string) *runc.Runc {
 	root := o.Root
 	if root == "" {
 		root = DefaultRuncRoot

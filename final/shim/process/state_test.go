@@ -5,6 +5,7 @@ package process
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	runc "github.com/containerd/go-runc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/shimwalk/shimwalk/final/shim/cgroups"
 	"github.com/shimwalk/shimwalk/final/shim/stdio"
@@ -74,7 +76,7 @@ func writeFakeRunc(t *testing.T, script string) string {
 }
 
 func (f *stateFixture) init(status task.Status) *Init {
-	bundle := f.t.TempDir()
+	dir := f.t.TempDir()
 	// An empty cgroup2 tree: Stats reads zeros from it instead of the host's cgroups.
 	cg, err := cgroups.LoadV2(f.t.TempDir(), []byte("0::/\n"))
 	if err != nil {
@@ -82,10 +84,10 @@ func (f *stateFixture) init(status task.Status) *Init {
 	}
 	p := &Init{
 		base:   newBase("c1", stdio.Config{}, &initRules),
-		Bundle: bundle,
+		Bundle: dir,
 		runtime: &runc.Runc{
-			Command: f.runc, Root: filepath.Join(bundle, "root"),
-			Log: filepath.Join(bundle, "log.json"), LogFormat: runc.JSON,
+			Command: f.runc, Root: filepath.Join(dir, "root"),
+			Log: filepath.Join(dir, "log.json"), LogFormat: runc.JSON,
 		},
 		cg: cg,
 	}
@@ -282,4 +284,81 @@ func TestExecStates(t *testing.T) {
 	}
 	f := newStateFixture(t)
 	runStates(t, []task.Status{created, running, stopped, deleted}, f.exec, ops)
+}
+
+// heldRunc is a runc that, at any call, tells the test it got there through the FIFO
+// reached and then waits for the test to open the FIFO release before it exits 0: the test
+// acts while runc works.
+const heldRunc = `#!/bin/sh
+dir=$(dirname "$0")
+echo "$*" >"$dir/reached"
+read -r _ <"$dir/release"
+exit 0
+`
+
+// TestExitWhileRuncWorks: a process that exits while runc works on it stays stopped when the
+// call then succeeds (a Start does not make it running, nor a Pause paused), unless the
+// operation leads on from stopped too (a Delete of a created init still deletes it).
+func TestExitWhileRuncWorks(t *testing.T) {
+	cases := []struct {
+		name   string
+		before task.Status
+		call   func(context.Context, *Init) error
+		want   task.Status
+	}{
+		{"start", created, func(ctx context.Context, p *Init) error { return p.Start(ctx) }, stopped},
+		{"pause", running, func(ctx context.Context, p *Init) error { return p.Pause(ctx) }, stopped},
+		{"resume", paused, func(ctx context.Context, p *Init) error { return p.Resume(ctx) }, stopped},
+		{"delete", created, func(ctx context.Context, p *Init) error { return p.Delete(ctx) }, deleted},
+	}
+	for _, c := range cases {
+		t.Run(c.name+" when "+statusName(c.before), func(t *testing.T) {
+			f := &stateFixture{t: t, runc: writeFakeRunc(t, heldRunc)}
+			dir := filepath.Dir(f.runc)
+			for _, name := range []string{"reached", "release"} {
+				if err := unix.Mkfifo(filepath.Join(dir, name), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := f.init(c.before)
+			done := make(chan error, 1)
+			go func() { done <- c.call(context.Background(), p) }()
+
+			// Opening reached waits for runc to open it; a call that never runs runc ends first.
+			reached := make(chan error, 1)
+			go func() {
+				r, err := os.Open(filepath.Join(dir, "reached"))
+				if err == nil {
+					_, err = io.ReadAll(r)
+					r.Close()
+				}
+				reached <- err
+			}()
+			select {
+			case err := <-reached:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case err := <-done:
+				// Unblock the reader: a writer that comes and goes gives it EOF.
+				if w, oerr := os.OpenFile(filepath.Join(dir, "reached"), os.O_WRONLY|unix.O_NONBLOCK, 0); oerr == nil {
+					w.Close()
+				}
+				<-reached
+				t.Fatalf("%s returned %v without calling runc", c.name, err)
+			}
+			p.SetExited(0, time.Now())
+			release, err := os.OpenFile(filepath.Join(dir, "release"), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			release.Close()
+			if err := <-done; err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if got := p.Status(); got != c.want {
+				t.Errorf("%s with an exit while runc worked: %s, want %s", c.name, statusName(got), statusName(c.want))
+			}
+		})
+	}
 }

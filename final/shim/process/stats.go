@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A container's cgroup metrics for the Stats RPC, as containerd v2.4's runc shim reads them in
+// service.Stats (cmd/containerd-shim-runc-v2/task/service.go).
+
 package process
 
 import (

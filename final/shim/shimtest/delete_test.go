@@ -68,6 +68,37 @@ func TestDeleteActionIsBestEffort(t *testing.T) {
 	}
 }
 
+// TestDeleteActionSaysWhyASilentRuncFailed: a runc delete that dies without logging a word
+// (killed, as the OOM killer would) is reported on stderr by how it ended, go-runc's exit
+// status, not by an empty message nor by the error an earlier runc call left in log.json.
+func TestDeleteActionSaysWhyASilentRuncFailed(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	runc := testkit.NewFaultyRunc(t)
+	runc.Set(t, "delete", testkit.Die)
+	if err := bundle.SaveOptions(c.dir, bundle.Options{BinaryName: runc.Path}); err != nil {
+		t.Fatal(err)
+	}
+	stale := `{"level":"error","msg":"an earlier call failed","time":"2026-01-02T03:04:05Z"}` + "\n"
+	if err := os.WriteFile(filepath.Join(c.dir, bundle.RuncLogFile), []byte(stale), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r := c.run(nil, nil, c.args("silent", "delete")...)
+	if r.Code != 0 {
+		t.Fatalf("delete: exit %d, stderr %q; want 0", r.Code, r.Stderr)
+	}
+	if runc.Reached("delete") == 0 {
+		t.Fatal("runc delete was never called: the test proves nothing")
+	}
+	if !strings.Contains(r.Stderr, "runc delete --force: ") || !strings.Contains(r.Stderr, "exit status") {
+		t.Errorf("stderr %q, want it to give the exit status of runc delete --force", r.Stderr)
+	}
+	if strings.Contains(r.Stderr, "an earlier call failed") {
+		t.Errorf("stderr %q speaks of an earlier runc call's error", r.Stderr)
+	}
+}
+
 // TestRuncRootFromTheEnvironment: with runtime options that name no root, runc keeps the
 // container's state under the root SHIMWALK_RUNC_ROOT names, which bootstrap reads once for the
 // long-lived shim and once for the delete action; both must find the same state.

@@ -153,11 +153,12 @@ func TestStoppingShimLeavesANewSocket(t *testing.T) {
 	}
 }
 
-// startByHand is the start action of task id run by hand in bundle, with d's flags and environment.
-func startByHand(t *testing.T, bundle string, d *driver.Driver, id string) *osexec.Cmd {
+// startByHand is the start action of task id run by hand in the bundle dir, with d's flags and
+// environment.
+func startByHand(t *testing.T, dir string, d *driver.Driver, id string) *osexec.Cmd {
 	t.Helper()
 	cmd := osexec.Command(d.Shim, "-namespace", d.Namespace, "-address", d.Address, "-id", id, "start")
-	cmd.Dir = bundle
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), d.Env...)
 	cmd.Env = append(cmd.Env, "TTRPC_ADDRESS="+d.TTRPCAddress)
 	return cmd

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A process's stdio without a terminal: runc's pipes wired to containerd's FIFOs, a file:// file,
+// a binary:// logger or nothing, as containerd v2.4's runc shim does in createIO and
+// NewBinaryIO (cmd/containerd-shim-runc-v2/process/io.go).
+
 package stdio
 
 import (
