@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -230,7 +231,7 @@ func hasColour(img image.Image, c interface{ RGBA() (r, g, b, a uint32) }) bool 
 
 // processesMentioning lists the live processes whose command line holds s.
 func processesMentioning(s string) []int {
-	return testkit.ProcessesWhere(func(args []string) bool { return strings.Contains(strings.Join(args, " "), s) })
+	return driver.ProcessesWhere(func(args []string) bool { return strings.Contains(strings.Join(args, " "), s) })
 }
 
 func TestFlagsRefuseBadInput(t *testing.T) {

@@ -92,7 +92,7 @@ func (s *sandbox) cleanup(t *testing.T) {
 
 // processesUnder lists the live processes with an argument naming dir or a path below it.
 func processesUnder(dir string) []int {
-	return testkit.ProcessesWhere(func(args []string) bool {
+	return driver.ProcessesWhere(func(args []string) bool {
 		return slices.ContainsFunc(args, func(a string) bool { return a == dir || strings.Contains(a, dir+"/") })
 	})
 }

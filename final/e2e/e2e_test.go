@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
@@ -416,7 +417,7 @@ func (e *env) testGroupBy(t *testing.T, label string) {
 	}
 	for _, id := range []string{a, b} {
 		pid := testkit.ReadPid(t, filepath.Join(e.c.Bundle(id), bundle.InitPidFile))
-		if p, err := testkit.ProcStat(pid); err != nil || p.PPid != shims[0] {
+		if p, err := driver.ReadProc(pid); err != nil || p.PPid != shims[0] {
 			t.Errorf("%s (pid %d) is not a child of the group's shim %d", id, pid, shims[0])
 		}
 	}
@@ -428,7 +429,7 @@ func (e *env) testGroupBy(t *testing.T, label string) {
 			t.Fatalf("ctr task delete %s: %s", id, r.Stderr)
 		}
 		e.ctr("container", "delete", id)
-		if i == 0 && !testkit.Alive(shims[0]) {
+		if i == 0 && !driver.Alive(shims[0]) {
 			t.Fatalf("the shim went with the first container of its group")
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
@@ -241,8 +242,8 @@ func (f *faults) afterStart(strike string) {
 	if strike == "containerd" {
 		f.killContainerd(func() {})
 		f.waitStatus(id, "RUNNING")
-		if now := f.shimOf(id); now != shim || !testkit.Alive(pid) {
-			f.t.Errorf("after the restart: shim %d (was %d), init %d alive %v", now, shim, pid, testkit.Alive(pid))
+		if now := f.shimOf(id); now != shim || !driver.Alive(pid) {
+			f.t.Errorf("after the restart: shim %d (was %d), init %d alive %v", now, shim, pid, driver.Alive(pid))
 		}
 		f.deleted(id, pid, shim)
 		return
@@ -350,7 +351,7 @@ func (f *faults) duringWait(strike string) {
 			}
 		})
 		f.waitStatus(id, "RUNNING")
-		if !testkit.Alive(pid) {
+		if !driver.Alive(pid) {
 			f.t.Errorf("the container's init %d died with containerd", pid)
 		}
 		f.deleted(id, pid, shim)

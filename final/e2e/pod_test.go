@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
@@ -52,7 +53,7 @@ func (e *env) testPodPidNamespace(t *testing.T) {
 	// Killed: gone, or a zombie of the pause container's sleep, which reaps nobody. The task
 	// is not deleted: runc delete would kill the child too, but CRI never gets that far.
 	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("the task is STOPPED and the init's child %d lives on", child), func() bool {
-		p, err := testkit.ProcStat(child)
+		p, err := driver.ReadProc(child)
 		return err != nil || p.State == 'Z'
 	})
 	e.waitStatus(pause, "RUNNING")

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
 )
 
@@ -234,7 +235,7 @@ func (s *soak) quiet() {
 func zombies(pid int) []int {
 	var found []int
 	for _, c := range testkit.Children(pid) {
-		if p, err := testkit.ProcStat(c); err == nil && p.State == 'Z' {
+		if p, err := driver.ReadProc(c); err == nil && p.State == 'Z' {
 			found = append(found, c)
 		}
 		found = append(found, zombies(c)...)

@@ -74,11 +74,11 @@ func TestContainerIsNotTheShimsChild(t *testing.T) {
 	}
 	// The problem this step ends on: runc create's child is orphaned when runc exits, and the
 	// kernel hands it to the same process that adopted the shim (PID 1 here), not to the shim.
-	container, err := testkit.ProcStat(pid)
+	container, err := driver.ReadProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shim, err := testkit.ProcStat(k.ShimPid)
+	shim, err := driver.ReadProc(k.ShimPid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,10 +39,10 @@ func TestStartDaemonizes(t *testing.T) {
 
 	// The helper returned, and its output ended (StartShim waits for both, the output at most a
 	// second after the exit), while the shim it started lives on: it did not wait for the shim.
-	if !testkit.Alive(pid) {
+	if !driver.Alive(pid) {
 		t.Fatalf("long-lived shim %d is not running", pid)
 	}
-	st, err := testkit.ProcStat(pid)
+	st, err := driver.ReadProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestFailedStartLeavesNoShim(t *testing.T) {
 		t.Error("start succeeded without shim.pid")
 	}
 	bin := shimBinary(t)
-	left := testkit.ProcessesWhere(func(args []string) bool {
+	left := driver.ProcessesWhere(func(args []string) bool {
 		return args[0] == bin && slices.Contains(args, "unwritable") && !slices.Contains(args, "start")
 	})
 	for _, pid := range left {
@@ -188,7 +188,7 @@ func TestDeleteCleansUp(t *testing.T) {
 		t.Errorf("delete response = %v, want exit status 137 and a time", resp)
 	}
 	// delete waits for the shim: it must be gone when delete returns, not some time later.
-	if testkit.Alive(pid) {
+	if driver.Alive(pid) {
 		t.Errorf("shim %d still running after delete", pid)
 	}
 	for _, p := range []string{b.SocketPath(), filepath.Join(d.Bundle("gone"), "shim.pid")} {

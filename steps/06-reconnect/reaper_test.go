@@ -27,7 +27,7 @@ func TestContainerIsTheShimsChild(t *testing.T) {
 	d := testkit.NewDriver(t, shimBinary(t))
 	k := testkit.NewTask(t, d, "child", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
 	pid := k.Run()
-	p, err := testkit.ProcStat(pid)
+	p, err := driver.ReadProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestNoZombies(t *testing.T) {
 	k.WaitStatus(task.Status_STOPPED, 10*time.Second)
 	testkit.Eventually(t, 10*time.Second, "the shim keeps children after the container exited", func() bool {
 		for _, child := range testkit.Children(k.ShimPid) {
-			if p, err := testkit.ProcStat(child); err == nil {
+			if p, err := driver.ReadProc(child); err == nil {
 				t.Logf("child %d state %c: %s", child, p.State, p.Command)
 				return false
 			}

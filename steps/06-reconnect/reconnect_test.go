@@ -139,7 +139,7 @@ func TestShimKilledUnderARunningContainer(t *testing.T) {
 	}
 	syscall.Kill(k.ShimPid, syscall.SIGKILL)
 	testkit.ExpectGone(t, k.ShimPid, "killed shim")
-	if !testkit.Alive(pid) {
+	if !driver.Alive(pid) {
 		t.Fatal("the container died with its shim")
 	}
 
@@ -279,7 +279,7 @@ func TestFailedCleanupIsAnError(t *testing.T) {
 		if resp, err := k.D.DeleteShim(context.Background(), k.ID); err == nil {
 			t.Errorf("delete action with a runc that meets %q: %v, want an error", fault, resp)
 		}
-		if !testkit.Alive(int(pid)) {
+		if !driver.Alive(int(pid)) {
 			t.Fatalf("the container is gone although runc delete never ran")
 		}
 	}
@@ -310,7 +310,7 @@ func TestHungShimDoesNotDelayCleanup(t *testing.T) {
 	}()
 	f.WaitReached(t, "delete", 20*time.Second)
 	// runc delete --force is running: the stopped shim has not been touched yet.
-	if st, err := testkit.ProcStat(k.ShimPid); err != nil || st.State != 'T' {
+	if st, err := driver.ReadProc(k.ShimPid); err != nil || st.State != 'T' {
 		t.Errorf("the hung shim was signalled before the container was cleaned up: %+v, %v", st, err)
 	}
 	f.Clear(t, "delete")

@@ -110,7 +110,7 @@ func expectDemoGone(t *testing.T, tmp, stdout string) {
 	}
 	if m := initPid.FindStringSubmatch(stdout); m != nil {
 		pid, _ := strconv.Atoi(m[1])
-		if testkit.Alive(pid) {
+		if driver.Alive(pid) {
 			t.Errorf("the container's init %d outlived the demo", pid)
 		}
 	}

@@ -653,10 +653,10 @@ func TestDriverRestartOnStep06(t *testing.T) {
 		}
 	}
 	ev.stop(t, syscall.SIGKILL)
-	if !testkit.Alive(pid) {
+	if !driver.Alive(pid) {
 		t.Fatal("the container died with the driver")
 	}
-	if p, err := testkit.ProcStat(pid); err != nil || p.PPid != shimPid {
+	if p, err := driver.ReadProc(pid); err != nil || p.PPid != shimPid {
 		t.Errorf("after the driver's death the container's parent is %d (%v), want the shim %d", p.PPid, err, shimPid)
 	}
 	if got, want := s.ls()["alive"], fmt.Sprintf("%d %d RUNNING -", shimPid, pid); got != want {

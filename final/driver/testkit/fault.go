@@ -37,7 +37,7 @@ func (c *Containerd) Leftovers(t testing.TB, id string, sockets bool, pids ...in
 	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.Namespace, id))
 	left = append(left, cgroups...)
 	for _, pid := range pids {
-		if pid > 0 && Alive(pid) {
+		if pid > 0 && driver.Alive(pid) {
 			left = append(left, fmt.Sprintf("process %d", pid))
 		}
 	}

@@ -16,18 +16,6 @@ import (
 	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
-// ProcStat reads /proc/pid.
-func ProcStat(pid int) (driver.Proc, error) {
-	return driver.ReadProc(pid)
-}
-
-// Alive reports whether pid exists and is not a zombie: see driver.Alive.
-func Alive(pid int) bool { return driver.Alive(pid) }
-
-// ProcessesWhere lists the live processes whose command line satisfies match: see
-// driver.ProcessesWhere.
-func ProcessesWhere(match func(args []string) bool) []int { return driver.ProcessesWhere(match) }
-
 // ShellTraps reports whether pid, a container's init running busybox sh, has set its trap for
 // sig. Until runc start has exec'd sh, the same pid is runc's init, whose Go runtime catches
 // every signal: so the handler (SigCgt in the process's status) counts only once the process
@@ -61,7 +49,7 @@ func ReadPid(t testing.TB, path string) int {
 func ExpectGone(t testing.TB, pid int, what string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for Alive(pid) {
+	for driver.Alive(pid) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Errorf("%s (pid %d) is still running", what, pid)
@@ -106,7 +94,7 @@ func checkNoShims(t testing.TB, d *driver.Driver) {
 	}
 	for _, id := range ids {
 		pid, err := bundle.ReadPidFile(filepath.Join(d.Bundle(id), bundle.ShimPidFile))
-		if err == nil && Alive(pid) {
+		if err == nil && driver.Alive(pid) {
 			t.Errorf("shim for %s (pid %d) outlived the test", id, pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}

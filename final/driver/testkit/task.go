@@ -269,10 +269,10 @@ func (k *Task) Close() error {
 	}
 	if k.ShimPid != 0 {
 		deadline := time.Now().Add(10 * time.Second)
-		for Alive(k.ShimPid) && time.Now().Before(deadline) {
+		for driver.Alive(k.ShimPid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if Alive(k.ShimPid) {
+		if driver.Alive(k.ShimPid) {
 			syscall.Kill(k.ShimPid, syscall.SIGKILL)
 			errs = append(errs, fmt.Errorf("shim of %s (pid %d) outlived its delete", k.ID, k.ShimPid))
 		}

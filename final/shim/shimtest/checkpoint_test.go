@@ -71,8 +71,8 @@ func TestCheckpointAndRestoreInvocations(t *testing.T) {
 	} else if msg := driver.Message(err); !strings.Contains(msg, "runc checkpoint") || !strings.Contains(msg, filepath.Join(work, "dump.log")) {
 		t.Errorf("Checkpoint error %q does not carry runc's message and CRIU's log path", msg)
 	}
-	if st := k.State(); st.Status != task.Status_RUNNING || !testkit.Alive(int(created.Pid)) {
-		t.Errorf("after the checkpoint attempt the task is %v (pid %d alive: %v)", st.Status, created.Pid, testkit.Alive(int(created.Pid)))
+	if st := k.State(); st.Status != task.Status_RUNNING || !driver.Alive(int(created.Pid)) {
+		t.Errorf("after the checkpoint attempt the task is %v (pid %d alive: %v)", st.Status, created.Pid, driver.Alive(int(created.Pid)))
 	}
 	if c := call(t, log, "checkpoint", "--image-path", images, "--work-path", work, "--leave-running", k.ID); c == "" {
 		t.Errorf("no runc checkpoint call with the image path, work path and --leave-running; calls:\n%s", readLog(log))
@@ -192,8 +192,8 @@ func TestRestoreAtStart(t *testing.T) {
 				}
 				return
 			}
-			if st := k.State(); st.Status != task.Status_RUNNING || int(st.Pid) != pid || !testkit.Alive(pid) {
-				t.Errorf("after Start: State %v with pid %d (alive: %v), want RUNNING with pid %d", st.Status, st.Pid, testkit.Alive(pid), pid)
+			if st := k.State(); st.Status != task.Status_RUNNING || int(st.Pid) != pid || !driver.Alive(pid) {
+				t.Errorf("after Start: State %v with pid %d (alive: %v), want RUNNING with pid %d", st.Status, st.Pid, driver.Alive(pid), pid)
 			}
 			finish(t, k, d, k.ID, pid)
 		})

@@ -74,7 +74,7 @@ func TestShimKilledUnderARunningContainer(t *testing.T) {
 	}
 	syscall.Kill(k.ShimPid, syscall.SIGKILL)
 	testkit.ExpectGone(t, k.ShimPid, "killed shim")
-	if !testkit.Alive(pid) {
+	if !driver.Alive(pid) {
 		t.Fatal("the container died with its shim")
 	}
 	if _, err := os.Stat(filepath.Join(k.Bundle, bundle.ExitFile)); !os.IsNotExist(err) {

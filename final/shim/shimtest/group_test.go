@@ -57,7 +57,7 @@ func TestGroupSharesOneShim(t *testing.T) {
 				_ = d.ForceDelete(rpcCtx(t, 30*time.Second), c, id)
 			}
 		}
-		if shimPid > 0 && testkit.Alive(shimPid) {
+		if shimPid > 0 && driver.Alive(shimPid) {
 			syscall.Kill(shimPid, syscall.SIGKILL)
 			testkit.ExpectGone(t, shimPid, "grouped shim")
 		}
@@ -128,7 +128,7 @@ func TestGroupSharesOneShim(t *testing.T) {
 	if err := d.RemoveShim(rpcCtx(t, 30*time.Second), nil, "grp-a"); err != nil {
 		t.Fatalf("delete action and bundle removal for grp-a: %v", err)
 	}
-	if !testkit.Alive(shimPid) {
+	if !driver.Alive(shimPid) {
 		t.Fatal("the shim exited with a task left")
 	}
 	st, err := conns["grp-b"].Task.State(rpcCtx(t, 5*time.Second), &taskapi.StateRequest{ID: "grp-b"})

@@ -167,7 +167,7 @@ func TestTwoStartsKeepTheExit(t *testing.T) {
 	}()
 	testkit.Eventually(t, 20*time.Second, "runc start never returned to the wrapper", runc.reached)
 	// /bin/true has exited and the shim has reaped it: its exit is held by the first Start.
-	testkit.Eventually(t, 20*time.Second, "the init was never reaped", func() bool { return !testkit.Alive(int(created.Pid)) })
+	testkit.Eventually(t, 20*time.Second, "the init was never reaped", func() bool { return !driver.Alive(int(created.Pid)) })
 	second := make(chan error, 1)
 	go func() {
 		_, err := k.Conn.Task.Start(rpcCtx(t, 30*time.Second), &taskapi.StartRequest{ID: k.ID})
@@ -493,7 +493,7 @@ func TestKilledInitTakesItsChildren(t *testing.T) {
 			k.WaitOutput(20 * time.Second)
 			// Killed: gone, or a zombie of the pod's init, which does not reap.
 			testkit.Eventually(t, 20*time.Second, fmt.Sprintf("the init's child %d lives on", child), func() bool {
-				p, err := testkit.ProcStat(child)
+				p, err := driver.ReadProc(child)
 				return err != nil || p.State == 'Z'
 			})
 			if _, err := k.Conn.Task.Delete(k.Ctx(), &taskapi.DeleteRequest{ID: k.ID}); err != nil {

@@ -97,7 +97,7 @@ func topics(events []driver.Event) string {
 
 // processesWithArg lists the live processes that have value as one of their arguments.
 func processesWithArg(value string) []int {
-	return testkit.ProcessesWhere(func(args []string) bool { return slices.Contains(args, value) })
+	return driver.ProcessesWhere(func(args []string) bool { return slices.Contains(args, value) })
 }
 
 // shutdownAt ends the shim serving address with the Shutdown RPC and waits until pid is gone.
@@ -112,7 +112,7 @@ func shutdownAt(t *testing.T, address string, pid int) {
 			t.Errorf("Shutdown at %s: %v", address, err)
 		}
 		c.Close()
-	} else if !errors.Is(err, os.ErrNotExist) && pid > 0 && testkit.Alive(pid) {
+	} else if !errors.Is(err, os.ErrNotExist) && pid > 0 && driver.Alive(pid) {
 		t.Errorf("dial %s: %v", address, err)
 	}
 	if pid > 0 {

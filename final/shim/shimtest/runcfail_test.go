@@ -148,8 +148,8 @@ func runcFailure(t *testing.T, shim, sub string, fault testkit.Fault) {
 			return err
 		})
 		onlyInit(t, k.ShimPid, pid)
-		if st := k.State(); st.Status != task.Status_CREATED || !testkit.Alive(pid) {
-			t.Errorf("after a failed start the task is %v (init %d alive: %v), want CREATED", st.Status, pid, testkit.Alive(pid))
+		if st := k.State(); st.Status != task.Status_CREATED || !driver.Alive(pid) {
+			t.Errorf("after a failed start the task is %v (init %d alive: %v), want CREATED", st.Status, pid, driver.Alive(pid))
 		}
 		runc.Clear(t, sub)
 	}
@@ -194,8 +194,8 @@ func runcFailure(t *testing.T, shim, sub string, fault testkit.Fault) {
 			t.Errorf("a failed kill of a running container is reported as NotFound: %v", err)
 		}
 		onlyInit(t, k.ShimPid, pid)
-		if st := k.State(); st.Status != task.Status_RUNNING || !testkit.Alive(pid) {
-			t.Errorf("after a failed kill the task is %v (init alive: %v), want RUNNING", st.Status, testkit.Alive(pid))
+		if st := k.State(); st.Status != task.Status_RUNNING || !driver.Alive(pid) {
+			t.Errorf("after a failed kill the task is %v (init alive: %v), want RUNNING", st.Status, driver.Alive(pid))
 		}
 		runc.Clear(t, sub)
 	case "delete":
@@ -243,7 +243,7 @@ func finish(t *testing.T, k *testkit.Task, d *driver.Driver, id string, pid int)
 		t.Errorf("mounts left: %v", m)
 	}
 	onlyInit(t, k.ShimPid, 0)
-	if pid > 0 && testkit.Alive(pid) {
+	if pid > 0 && driver.Alive(pid) {
 		t.Errorf("init %d still runs", pid)
 	}
 }
