@@ -212,10 +212,16 @@ func (p *publisher) close(ctx context.Context) {
 	}
 }
 
+// pending is the number of events not yet forwarded: those queued, and the one in flight if a
+// full queue has let go of it.
 func (p *publisher) pending() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue)
+	n := len(p.queue)
+	if p.sending != nil && (n == 0 || p.queue[0] != p.sending) {
+		n++
+	}
+	return n
 }
 
 func (p *publisher) setFailing(failing bool) {

@@ -218,11 +218,16 @@ func (p *Publisher) Close(ctx context.Context) {
 	}
 }
 
-// pending is the number of events not yet forwarded.
+// pending is the number of events not yet forwarded: those queued, and the one in flight if a
+// full queue has let go of it.
 func (p *Publisher) pending() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue)
+	n := len(p.queue)
+	if p.sending != nil && (n == 0 || p.queue[0] != p.sending) {
+		n++
+	}
+	return n
 }
 
 func (p *Publisher) setFailing(failing bool) {

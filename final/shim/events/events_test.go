@@ -285,6 +285,26 @@ func TestQueueDropsTheOldest(t *testing.T) {
 	}
 }
 
+// An event that a full queue let go of while it was in flight is not forwarded either when the
+// shim exits before containerd takes it: the warning at exit counts it with the queued ones.
+func TestExitWarningCountsTheEventInFlight(t *testing.T) {
+	path := socketPath(t)
+	svc := serveEvents(t, path)
+	l := newLogs()
+	p := running(t, path, l, 3)
+	publishExit(p, 1)
+	svc.next(t) // event 1 in flight, never answered
+	for pid := uint32(2); pid <= 6; pid++ {
+		publishExit(p, pid)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.Close(ctx)
+	if n := intAttr(t, l.waitFor(t, "events not forwarded at exit"), "queued"); n != 4 {
+		t.Fatalf("logged %d events not forwarded, want 4 (1, in flight, and 4 to 6)", n)
+	}
+}
+
 // Close returns once what was queued has been forwarded: the last TaskDelete must reach
 // containerd before the shim exits. What is published after Close goes nowhere.
 func TestCloseForwardsWhatIsQueued(t *testing.T) {
