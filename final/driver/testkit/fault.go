@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// What a run left behind (Leftovers), and a runc that fails on purpose (FaultyRunc): a
+// wrapper given to the shim as its BinaryName that fails, hangs, dies or blocks at the runc
+// subcommand a test picks, so that failure paths and races happen every time, not by chance.
+// Not a mirror of any containerd function: containerd's tests have no such runc.
+
 package testkit
 
 import (
