@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A container's memory cgroup, found through /proc/<pid>/cgroup on either layout, and the
+// kernel's count of its OOM kills (the oom_kill line), which decides whether a notification
+// was a kill. containerd v2.4's shim finds the cgroup in runc/container.go (loadProcessCgroup)
+// and leaves the count to pkg/oom's notifications.
+
 package cgroups
 
 import (

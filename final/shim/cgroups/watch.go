@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The OOM watch: one goroutine and one epoll set for every container of the shim, an eventfd
+// per v1 memory cgroup and one inotify descriptor for the v2 memory.events files, and a retry
+// when a v1 signal comes before the kill is counted. Mirrors containerd v2.4 pkg/oom (v1/v1.go
+// epoller, v2/v2.go watcher), with the differences the package doc names.
+
 package cgroups
 
 import (
