@@ -64,7 +64,7 @@ func writeSubtreeControl(dir, line string) error {
 // EnableControllersOf is EnableControllers for pid's cgroup below root, when root is a cgroup2
 // mount; on v1 and hybrid hosts there is nothing to enable.
 func EnableControllersOf(root string, pid int) error {
-	if !IsUnified(root) {
+	if !isUnified(root) {
 		return nil
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))

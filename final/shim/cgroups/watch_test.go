@@ -144,7 +144,7 @@ func v1Cgroup(t *testing.T, limit int) Memory {
 	testkit.RequireRoot(t)
 	root := filepath.Join(Root, "memory")
 	_, err := os.Stat(filepath.Join(root, "memory.oom_control"))
-	if err != nil || IsUnified(Root) {
+	if err != nil || isUnified(Root) {
 		// As testkit.RequireCommand: CI machines are set up like this one, with v1 controllers.
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("requirement missing in CI: a cgroup v1 memory controller")
