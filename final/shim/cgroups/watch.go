@@ -179,8 +179,8 @@ func (w *Watcher) Remove(id string) {
 	}
 }
 
-// Watching is the number of cgroups watched.
-func (w *Watcher) Watching() int {
+// watching is the number of cgroups watched.
+func (w *Watcher) watching() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.watches)
