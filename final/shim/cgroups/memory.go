@@ -2,8 +2,9 @@
 
 // A container's memory cgroup, found through /proc/<pid>/cgroup on either layout, and the
 // kernel's count of its OOM kills (the oom_kill line), which decides whether a notification
-// was a kill. containerd v2.4's shim finds the cgroup in runc/container.go (loadProcessCgroup)
-// and leaves the count to pkg/oom's notifications.
+// was a kill. containerd v2.4's shim finds the cgroup in runc/container.go (loadProcessCgroup);
+// its pkg/oom/v2 compares the same count between events, while pkg/oom/v1 reports every
+// signal of the eventfd.
 
 package cgroups
 
