@@ -79,8 +79,8 @@ type FaultyRunc struct {
 
 // faultyScript finds the subcommand after runc's global flags (whose values are paths, never a
 // bare subcommand name), records that it got there, and acts on the fault file of that
-// subcommand. A failure is logged where runc logs its own, in --log as JSON, and on stderr. The sleep of Hang is exec'd so that a kill of the command kills what holds its
-// pipes.
+// subcommand. A failure is logged where runc logs its own, in --log as JSON, and on stderr.
+// The sleep of Hang is exec'd so that a kill of the command kills what holds its pipes.
 const faultyScript = `#!/bin/sh
 dir=%q
 sub= log= prev=
