@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The driver's connection to a shim's Task service: dialled at the unix:// address the bundle's
+// bootstrap.json records, as containerd v2.4's makeConnection (core/runtime/v2/shim.go) does
+// for a ttrpc shim, and the status code and message of a failed RPC for one-line reports.
+
 package driver
 
 import (

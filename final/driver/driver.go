@@ -1,5 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The driver's state directory and the shim binary's start and delete actions: a bundle per
+// task under state/namespace/id, the mounts still below one, the command line and environment
+// every shim invocation gets, and the shim's stderr folded into its error. Mirrors containerd
+// v2.4 core/runtime/v2/bundle.go (NewBundle), command.go (command) and binary.go (binary.Start,
+// binary.Delete).
+
 package driver
 
 import (

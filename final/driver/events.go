@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The receiving end of the events shims publish: a ttrpc Events service on the socket named by
+// TTRPC_ADDRESS, which keeps every envelope in arrival order for the caller to read. containerd
+// v2.4 serves the same service in plugins/services/events/service.go and hands the envelopes to
+// its exchange.
+
 package driver
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Which names a namespace or task may have: they become path components of the bundle, so
+// the driver checks them first, with the rule containerd v2.4's pkg/identifiers.Validate
+// applies.
+
 package driver
 
 import "github.com/shimwalk/shimwalk/final/internal/identifiers"

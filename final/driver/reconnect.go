@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Finding the shims again after the driver restarts: every bundle's shim is reached at its
+// recorded address and confirmed over RPC, and a dead one is cleaned up with its delete action.
+// Mirrors containerd v2.4 core/runtime/v2/shim_load.go (loadShims, loadShim) and
+// cleanupAfterDeadShim in shim.go.
+
 package driver
 
 import (

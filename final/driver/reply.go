@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The shim's start reply in each form containerd accepts (protobuf, JSON, bare address), and
+// reading it back from the bundle: bootstrap.json, or the address file of older shims. Mirrors
+// containerd v2.4 core/runtime/v2/shim.go (parseStartResponse, readBootstrapParams).
+
 package driver
 
 import (

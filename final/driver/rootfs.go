@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A root file system for test containers built from the host's static busybox, so no image
+// or registry is needed. Not a mirror of any containerd function: containerd takes a rootfs
+// from snapshots of an unpacked image.
+
 package driver
 
 import (

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The OCI runtime spec of a test container and the bundle that holds it: what a client's
+// default spec looks like, without an image. Mirrors containerd v2.4 pkg/oci/spec.go
+// (populateDefaultUnixSpec) and the config.json that core/runtime/v2/bundle.go NewBundle
+// writes.
+
 package driver
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A task's standard streams on the caller's side: named pipes in a directory of their own,
+// which the shim opens by path, and the copies between them and the caller's readers and
+// writers. Mirrors containerd v2.4 pkg/cio (NewFIFOSetInDir, copyIO in io_unix.go).
+
 package driver
 
 import (

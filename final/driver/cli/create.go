@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Creating a task as containerd does: a bundle with a default spec, the shim's start action
+// and the Create RPC, and on any failure the task taken down again so that nothing of it is
+// left. Mirrors containerd v2.4 core/runtime/v2 TaskManager.Create (task_manager.go) and
+// ShimManager.Start (shim_manager.go).
+
 package cli
 
 import (

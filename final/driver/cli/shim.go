@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The shim command: the shim binary's start and delete actions and the Shutdown RPC, one at a
+// time, which containerd runs only inside its task life cycle (core/runtime/v2 binary.go
+// binary.Start and binary.Delete, shimTask.Shutdown in shim.go in containerd v2.4). ctr's shim
+// command (cmd/ctr/commands/shim) talks to a running shim but never runs its actions.
+
 package cli
 
 import (

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The task command: one Task RPC a subcommand (connect, state, start, kill, wait), with create
+// and delete doing what containerd does around theirs. Mirrors ctr's task commands in
+// containerd v2.4 cmd/ctr/commands/tasks (kill.go's signal names, delete.go) but calls the shim
+// directly instead of containerd's Tasks service.
+
 package cli
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The tree command: a task's shim and every process below it, from /proc, to show who is whose
+// parent at each step. Not a mirror of any containerd function: ctr task ps lists a
+// container's pids, not the shim's.
+
 package cli
 
 import (

@@ -1,5 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Programs a test writes and then runs. Each is written by a child process, never by the test
+// binary itself: parallel tests fork all the time; a child forked while this process holds the
+// new file open for writing keeps that descriptor until its own exec, and an exec of the file
+// in that instant fails with ETXTBSY ("text file busy", golang.org/issue/22315). The child that
+// writes the file forks nothing else, so no descriptor of the file outlives the write. Not a
+// mirror of any containerd function.
+
 package testkit
 
 import (
@@ -8,12 +15,6 @@ import (
 	"os/exec"
 	"testing"
 )
-
-// A program a test writes and then runs is written by a child process, never by the test
-// binary itself. Parallel tests fork all the time; a child forked while this process holds the
-// new file open for writing keeps that descriptor until its own exec, and an exec of the file
-// in that instant fails with ETXTBSY ("text file busy", golang.org/issue/22315). The child that
-// writes the file forks nothing else, so no descriptor of the file outlives the write.
 
 // WriteExecutable writes data to path as a file anyone may execute.
 func WriteExecutable(t testing.TB, path string, data []byte) {

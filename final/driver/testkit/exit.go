@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Waiting for the exit record (exit.json) a shim writes when a container's init exits, and
+// checking it has every field. Not a mirror of any containerd function: containerd's runc shim
+// keeps the exit in memory only; the record is shimwalk's, for the delete action after a shim
+// died.
+
 package testkit
 
 import (

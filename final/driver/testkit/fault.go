@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// What a run left behind (Leftovers), and a runc that fails on purpose (FaultyRunc): a
+// wrapper given to the shim as its BinaryName that fails, hangs, dies or blocks at the runc
+// subcommand a test picks, so that failure paths and races happen every time, not by chance.
+// Not a mirror of any containerd function: containerd's tests have no such runc.
+
 package testkit
 
 import (
@@ -74,8 +79,8 @@ type FaultyRunc struct {
 
 // faultyScript finds the subcommand after runc's global flags (whose values are paths, never a
 // bare subcommand name), records that it got there, and acts on the fault file of that
-// subcommand. A failure is logged where runc logs its own, in --log as JSON, and on stderr. The sleep of Hang is exec'd so that a kill of the command kills what holds its
-// pipes.
+// subcommand. A failure is logged where runc logs its own, in --log as JSON, and on stderr.
+// The sleep of Hang is exec'd so that a kill of the command kills what holds its pipes.
 const faultyScript = `#!/bin/sh
 dir=%q
 sub= log= prev=

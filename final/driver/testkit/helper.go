@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Helpers: parts of a test that must run in another process, such as dialling a shim as
+// another user, run by a copy of the test binary that re-executes itself. Not a mirror of any
+// containerd function.
+
 package testkit
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A ttrpc request framed by hand, to feed a shim what no generated client would send: a payload
+// that is no valid message, a service the shim does not serve. Not a mirror of any containerd
+// function: it writes the wire format github.com/containerd/ttrpc reads.
+
 package testkit
 
 import (

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The busybox root file system of the test process, built once and shared read-only by every
+// test's containers. Not a mirror of any containerd function: containerd's tests pull an
+// image.
+
 package testkit
 
 import (

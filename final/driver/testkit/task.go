@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A test container driven through a shim exactly as containerd drives one: bundle, stdio
+// FIFOs, the shim's start, Create and Start, and at the end kill, Delete, Shutdown and the
+// shim's delete action, with a shim that outlives them failing the test. Mirrors containerd
+// v2.4 core/runtime/v2 (TaskManager.Create, shimTask.delete in shim.go).
+
 package testkit
 
 import (

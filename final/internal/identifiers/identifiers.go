@@ -11,17 +11,17 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// MaxLength is the longest identifier allowed.
-const MaxLength = 76
+// maxLength is the longest identifier allowed.
+const maxLength = 76
 
 // Validate checks v, named what in the error: letters and digits, joined by single '.', '_' or
-// '-', at most MaxLength long. The error wraps errdefs.ErrInvalidArgument.
+// '-', at most 76 characters long (maxLength). The error wraps errdefs.ErrInvalidArgument.
 func Validate(what, v string) error {
 	if v == "" {
 		return fmt.Errorf("%s is required: %w", what, errdefs.ErrInvalidArgument)
 	}
-	if len(v) > MaxLength {
-		return fmt.Errorf("%s %.20q... is longer than %d characters: %w", what, v, MaxLength, errdefs.ErrInvalidArgument)
+	if len(v) > maxLength {
+		return fmt.Errorf("%s %.20q... is longer than %d characters: %w", what, v, maxLength, errdefs.ErrInvalidArgument)
 	}
 	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
 	for i := 0; i < len(v); i++ {

@@ -13,13 +13,13 @@ import (
 	"strings"
 )
 
-// EnableControllers writes every controller of root's cgroup.controllers into the
+// enableControllers writes every controller of root's cgroup.controllers into the
 // cgroup.subtree_control of root and of each cgroup between root and the one procCgroup (the
 // text of /proc/<pid>/cgroup) names on v2, but not of that cgroup itself: its children, if it
 // ever has any, are the container's business. As in the reference, a write that fails is
 // forgiven if a deeper one succeeds (a parent may refuse what is already enabled below it); the
 // last failure is returned.
-func EnableControllers(root string, procCgroup []byte) error {
+func enableControllers(root string, procCgroup []byte) error {
 	group, err := unifiedPath(procCgroup)
 	if err != nil {
 		return err
@@ -61,15 +61,15 @@ func writeSubtreeControl(dir, line string) error {
 	return nil
 }
 
-// EnableControllersOf is EnableControllers for pid's cgroup below root, when root is a cgroup2
+// EnableControllersOf is enableControllers for pid's cgroup below root, when root is a cgroup2
 // mount; on v1 and hybrid hosts there is nothing to enable.
 func EnableControllersOf(root string, pid int) error {
-	if !IsUnified(root) {
+	if !isUnified(root) {
 		return nil
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		return fmt.Errorf("cgroups of %d: %w", pid, err)
 	}
-	return EnableControllers(root, data)
+	return enableControllers(root, data)
 }

@@ -24,7 +24,7 @@ func TestEnableControllers(t *testing.T) {
 		must(os.MkdirAll(d, 0o755))
 		must(os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), nil, 0o644))
 	}
-	must(EnableControllers(root, []byte("0::/k8s/pod/ctr\n")))
+	must(enableControllers(root, []byte("0::/k8s/pod/ctr\n")))
 	for i, d := range dirs {
 		got, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
 		must(err)
@@ -39,16 +39,16 @@ func TestEnableControllers(t *testing.T) {
 
 	// A parent that refuses is forgiven when a deeper cgroup takes the controllers.
 	must(os.Remove(filepath.Join(root, "cgroup.subtree_control")))
-	if err := EnableControllers(root, []byte("0::/k8s/pod/ctr\n")); err != nil {
+	if err := enableControllers(root, []byte("0::/k8s/pod/ctr\n")); err != nil {
 		t.Errorf("with the root refusing: %v", err)
 	}
 	// The container's own parent refusing is an error.
 	must(os.Remove(filepath.Join(root, "k8s", "pod", "cgroup.subtree_control")))
-	if err := EnableControllers(root, []byte("0::/k8s/pod/ctr\n")); err == nil {
+	if err := enableControllers(root, []byte("0::/k8s/pod/ctr\n")); err == nil {
 		t.Error("no error with the container's parent refusing")
 	}
 	// A process outside the hierarchy names no cgroup below root.
-	if err := EnableControllers(root, []byte("0::/../elsewhere\n")); err == nil {
+	if err := enableControllers(root, []byte("0::/../elsewhere\n")); err == nil {
 		t.Error("no error for a cgroup outside the hierarchy")
 	}
 }

@@ -11,4 +11,9 @@
 // notification is only a hint: the oom_kill counter decides whether there was a kill, so a
 // kill is reported once however many paths notice it, and v2 cgroups share the v1 epoll set
 // through one inotify descriptor instead of a goroutine per container.
+//
+// stats.go finds a container's cgroup, reads its metrics and joins the ShimCgroup; v1.go and
+// v2.go read each layout's files, with what both parse in parse.go; controllers.go enables the
+// v2 controllers at Create; memory.go finds a memory cgroup and counts its OOM kills; watch.go
+// watches for them.
 package cgroups

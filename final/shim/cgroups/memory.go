@@ -1,5 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A container's memory cgroup, found through /proc/<pid>/cgroup on either layout, and the
+// kernel's count of its OOM kills (the oom_kill line), which decides whether a notification
+// was a kill. containerd v2.4's shim finds the cgroup in runc/container.go (loadProcessCgroup);
+// its pkg/oom/v2 compares the same count between events, while pkg/oom/v1 reports every
+// signal of the eventfd.
+
 package cgroups
 
 import (
@@ -28,9 +34,9 @@ type Memory struct {
 	Unified bool // cgroup v2: memory.events; else v1: memory.oom_control
 }
 
-// IsUnified reports whether root is a cgroup2 mount. On a hybrid host /sys/fs/cgroup is a
+// isUnified reports whether root is a cgroup2 mount. On a hybrid host /sys/fs/cgroup is a
 // tmpfs holding the v1 hierarchies, so the memory controller is found on v1 there.
-func IsUnified(root string) bool {
+func isUnified(root string) bool {
 	var st unix.Statfs_t
 	if err := unix.Statfs(root, &st); err != nil {
 		return false
@@ -44,13 +50,13 @@ func MemoryOf(root string, pid int) (Memory, error) {
 	if err != nil {
 		return Memory{}, fmt.Errorf("cgroups of %d: %w", pid, err)
 	}
-	return FindMemory(root, IsUnified(root), data)
+	return findMemory(root, isUnified(root), data)
 }
 
-// FindMemory finds the memory cgroup described by procCgroup, the text of /proc/<pid>/cgroup,
+// findMemory finds the memory cgroup described by procCgroup, the text of /proc/<pid>/cgroup,
 // below root: on v2 the "0::" line, on v1 the line whose controllers include memory. The
 // kernel lists the v1 lines whatever is mounted, so the layout must be given, not guessed.
-func FindMemory(root string, unified bool, procCgroup []byte) (Memory, error) {
+func findMemory(root string, unified bool, procCgroup []byte) (Memory, error) {
 	var (
 		group string
 		err   error

@@ -38,15 +38,15 @@ func TestFindMemory(t *testing.T) {
 		{"empty", true, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m, err := FindMemory("/r", c.unified, []byte(c.text))
+			m, err := findMemory("/r", c.unified, []byte(c.text))
 			if c.dir == "" {
 				if !errors.Is(err, ErrNoMemoryCgroup) {
-					t.Errorf("FindMemory = %+v, %v; want ErrNoMemoryCgroup", m, err)
+					t.Errorf("findMemory = %+v, %v; want ErrNoMemoryCgroup", m, err)
 				}
 				return
 			}
 			if err != nil || m.Dir != c.dir || m.Unified != c.unified {
-				t.Errorf("FindMemory = %+v, %v; want %s unified=%v", m, err, c.dir, c.unified)
+				t.Errorf("findMemory = %+v, %v; want %s unified=%v", m, err, c.dir, c.unified)
 			}
 		})
 	}
@@ -94,10 +94,10 @@ func TestOOMKillsOnFakeTrees(t *testing.T) {
 }
 
 func TestIsUnified(t *testing.T) {
-	if IsUnified(t.TempDir()) {
+	if isUnified(t.TempDir()) {
 		t.Error("a plain directory is not a cgroup2 mount")
 	}
-	if IsUnified(filepath.Join(t.TempDir(), "missing")) {
+	if isUnified(filepath.Join(t.TempDir(), "missing")) {
 		t.Error("a missing directory is not a cgroup2 mount")
 	}
 }

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// What the v1 and v2 readers (v1.go, v2.go) parse and write alike: numbers, rdma lines,
+// "key value" files, and cgroup.procs to join a cgroup. Mirrors the helpers of
+// containerd/cgroups/v3 (cgroup1/utils.go and cgroup2/utils.go: parseUint, parseKV,
+// parseRdmaKV), whose conventions the metrics keep.
+
 package cgroups
 
 import (

@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// A container's cgroup for its metrics (Load, Metrics) and the shim's move into the ShimCgroup
+// (Join), on the layout the host runs. Mirrors containerd v2.4's runc shim: loadProcessCgroup
+// in cmd/containerd-shim-runc-v2/runc/container.go, Stats in task/service.go, and the
+// ShimCgroup join of manager.Start (manager/manager_linux.go).
+
 package cgroups
 
 import (
@@ -15,11 +20,11 @@ import (
 
 // Group is a container's cgroup, v1 or v2 as the host runs them, for its metrics.
 //
-// It mirrors the cgroup lookup of containerd v2.4 cmd/containerd-shim-runc-v2/task/service.go
-// (Start: cgroup1.Load(cgroup1.PidPath(pid)), or cgroup2.PidGroupPath and cgroup2.Load). Unlike
-// it, the v2 path comes from the same /proc/<pid>/cgroup parser as the OOM watch, below a
-// mount point that tests may point at a tree of files, and the files are read in v1.go and
-// v2.go.
+// It mirrors the cgroup lookup of containerd v2.4 cmd/containerd-shim-runc-v2/runc/container.go
+// (loadProcessCgroup: cgroup1.Load(cgroup1.PidPath(pid)), or cgroup2.PidGroupPath and
+// cgroup2.Load). Unlike it, the v2 path comes from the same /proc/<pid>/cgroup parser as the
+// OOM watch, below a mount point that tests may point at a tree of files, and the files are
+// read in v1.go and v2.go.
 type Group struct {
 	v1 map[string]string // the cgroup v1 directory of each hierarchy that has the cgroup
 	v2 string            // the cgroup v2 directory

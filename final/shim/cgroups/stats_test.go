@@ -66,7 +66,7 @@ func TestV2MetricsOnFakeTree(t *testing.T) {
 		t.Errorf("as an Any: %q, %v; want io.containerd.cgroups.v2.Metrics", a.GetTypeUrl(), err)
 	}
 	// The OOM counter reads the same tree.
-	mem, err := FindMemory(root, true, []byte(hybrid))
+	mem, err := findMemory(root, true, []byte(hybrid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestLoadV2RefusesPathsOutsideTheHierarchy(t *testing.T) {
 // TestV1PathMatchesTheLibrary compares v1Path with cgroup1.PidPath for this test's own
 // process, on the host's real /proc: every controller, and a name no host has.
 func TestV1PathMatchesTheLibrary(t *testing.T) {
-	if IsUnified(Root) {
+	if isUnified(Root) {
 		t.Fatalf("%s is a cgroup2 mount: this test is for hosts with cgroup v1 hierarchies", Root)
 	}
 	procCgroup, err := os.ReadFile("/proc/self/cgroup")

@@ -1,5 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The cgroup v1 files, read here rather than through containerd/cgroups/v3's cgroup1 package,
+// whose cgroup1.Load(...).Stat(cgroup1.IgnoreNotExist) containerd v2.4's shim reports
+// (cmd/containerd-shim-runc-v2/task/service.go). That package also drives systemd over D-Bus,
+// which linked go-systemd and godbus into a shim that only reads files: 0.22 MB of the stripped
+// binary, and so of every shim's resident memory. The metrics are the library's, field for
+// field and with its conventions (which files may be missing, which malformed ones fail the
+// read, when a part is left nil), which TestV1StatMatchesTheLibrary checks on trees of files.
+
 package cgroups
 
 import (
@@ -17,14 +25,6 @@ import (
 	stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	"github.com/moby/sys/userns"
 )
-
-// The cgroup v1 files, read here rather than through containerd/cgroups/v3's cgroup1 package,
-// whose cgroup1.Load(...).Stat(cgroup1.IgnoreNotExist) containerd v2.4's shim reports
-// (cmd/containerd-shim-runc-v2/task/service.go). That package also drives systemd over D-Bus,
-// which linked go-systemd and godbus into a shim that only reads files: 0.22 MB of the stripped
-// binary, and so of every shim's resident memory. The metrics are the library's, field for
-// field and with its conventions (which files may be missing, which malformed ones fail the
-// read, when a part is left nil), which TestV1StatMatchesTheLibrary checks on trees of files.
 
 // v1Controllers are the hierarchies the library's default hierarchy may hold, in its order:
 // devices unless in a user namespace, hugetlb when the host has huge pages.

@@ -350,7 +350,7 @@ func TestV1Root(t *testing.T) {
 // hierarchy, both ways, on this host's v1 hierarchies, and compares what does not change
 // between two reads.
 func TestV1StatOnTheRealKernel(t *testing.T) {
-	if IsUnified(Root) {
+	if isUnified(Root) {
 		t.Fatalf("%s is a cgroup2 mount: this test is for hosts with cgroup v1 hierarchies", Root)
 	}
 	mountinfo, err := os.ReadFile("/proc/self/mountinfo")

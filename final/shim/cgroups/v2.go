@@ -1,5 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The cgroup v2 files, read here rather than through containerd/cgroups/v3's cgroup2.Manager,
+// whose Stat containerd v2.4's shim calls (cmd/containerd-shim-runc-v2/task/service.go,
+// Stats). The Manager's package also creates cgroups and sets device filters, which brings in
+// cilium/ebpf: 0.9 MiB of a shim that only reads files, and about 0.5 MiB of PSS per shim
+// (bench/NOTES.md). The metrics are the Manager's, field for field and with its conventions
+// ("max" reads as the largest uint64, a negative value as 0, a missing file as zero), which
+// TestV2StatMatchesTheLibrary checks against the library on trees of files.
+
 package cgroups
 
 import (
@@ -16,14 +24,6 @@ import (
 
 	stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 )
-
-// The cgroup v2 files, read here rather than through containerd/cgroups/v3's cgroup2.Manager,
-// whose Stat containerd v2.4's shim calls (cmd/containerd-shim-runc-v2/task/service.go,
-// Stats). The Manager's package also creates cgroups and sets device filters, which brings in
-// cilium/ebpf: 0.9 MiB of a shim that only reads files, and about 0.5 MiB of PSS per shim
-// (bench/NOTES.md). The metrics are the Manager's, field for field and with its conventions
-// ("max" reads as the largest uint64, a negative value as 0, a missing file as zero), which
-// TestV2StatMatchesTheLibrary checks against the library on trees of files.
 
 // v2Stat reads the metrics of the cgroup v2 directory dir.
 func v2Stat(dir string) (*stats.Metrics, error) {

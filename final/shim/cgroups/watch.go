@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// The OOM watch: one goroutine and one epoll set for every container of the shim, an eventfd
+// per v1 memory cgroup and one inotify descriptor for the v2 memory.events files, and a retry
+// when a v1 signal comes before the kill is counted. Mirrors containerd v2.4 pkg/oom (v1/v1.go
+// epoller, v2/v2.go watcher), with the differences the package doc names.
+
 package cgroups
 
 import (
@@ -174,8 +179,8 @@ func (w *Watcher) Remove(id string) {
 	}
 }
 
-// Watching is the number of cgroups watched.
-func (w *Watcher) Watching() int {
+// watching is the number of cgroups watched.
+func (w *Watcher) watching() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.watches)

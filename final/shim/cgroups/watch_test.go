@@ -100,8 +100,8 @@ func TestWatcherV2OnFakeTree(t *testing.T) {
 		t.Errorf("b notified %d times; only a's file changed", n)
 	}
 	w.Remove("a")
-	if w.Watching() != 1 {
-		t.Errorf("watching %d cgroups after Remove, want 1", w.Watching())
+	if w.watching() != 1 {
+		t.Errorf("watching %d cgroups after Remove, want 1", w.watching())
 	}
 	before := c.of("a")
 	os.WriteFile(a.eventsFile(), []byte("oom 2\noom_kill 2\n"), 0o644)
@@ -126,8 +126,8 @@ func TestWatcherRefusesWhatItCannotWatch(t *testing.T) {
 	if err := w.Add("v1", Memory{Dir: missing}); err == nil {
 		t.Error("Add of a v1 cgroup without memory.oom_control succeeded")
 	}
-	if w.Watching() != 0 {
-		t.Errorf("watching %d after failed Adds", w.Watching())
+	if w.watching() != 0 {
+		t.Errorf("watching %d after failed Adds", w.watching())
 	}
 	w.Remove("never-added")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -144,7 +144,7 @@ func v1Cgroup(t *testing.T, limit int) Memory {
 	testkit.RequireRoot(t)
 	root := filepath.Join(Root, "memory")
 	_, err := os.Stat(filepath.Join(root, "memory.oom_control"))
-	if err != nil || IsUnified(Root) {
+	if err != nil || isUnified(Root) {
 		// As testkit.RequireCommand: CI machines are set up like this one, with v1 controllers.
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("requirement missing in CI: a cgroup v1 memory controller")
@@ -239,7 +239,7 @@ func TestWatcherV1RealKernel(t *testing.T) {
 		t.Errorf("the cgroup's first process did not survive its child's OOM kill: %v", err)
 	}
 	w.Remove("c")
-	if w.Watching() != 0 {
-		t.Errorf("watching %d after Remove", w.Watching())
+	if w.watching() != 0 {
+		t.Errorf("watching %d after Remove", w.watching())
 	}
 }

@@ -81,7 +81,7 @@ func NewConsole(cfg Config, id, namespace string, monitor runc.ProcessMonitor) (
 	}
 	// Checked now, before runc makes a container whose terminal could not be attached.
 	if cfg.Stdin != "" {
-		if err := CheckFIFO(cfg.Stdin); err != nil {
+		if err := checkFIFO(cfg.Stdin); err != nil {
 			return nil, err
 		}
 	}
@@ -93,7 +93,7 @@ func NewConsole(cfg Config, id, namespace string, monitor runc.ProcessMonitor) (
 		}
 		switch u.Scheme {
 		case "", "fifo":
-			if err := CheckFIFO(cfg.Stdout); err != nil {
+			if err := checkFIFO(cfg.Stdout); err != nil {
 				return nil, err
 			}
 		case "binary", "binary-v2":

@@ -30,8 +30,8 @@ type Config struct {
 	Terminal              bool
 }
 
-// IsNull reports whether the process has no stdio at all.
-func (c Config) IsNull() bool {
+// isNull reports whether the process has no stdio at all.
+func (c Config) isNull() bool {
 	return c.Stdin == "" && c.Stdout == "" && c.Stderr == ""
 }
 
@@ -66,7 +66,7 @@ func Open(cfg Config, id, namespace string, uid, gid int, monitor runc.ProcessMo
 	if cfg.Terminal {
 		return nil, errors.New("a terminal's stdio goes through a console, not pipes")
 	}
-	if cfg.IsNull() {
+	if cfg.isNull() {
 		nio, err := runc.NewNullIO()
 		if err != nil {
 			return nil, fmt.Errorf("null io: %w", err)
@@ -92,10 +92,10 @@ func Open(cfg Config, id, namespace string, uid, gid int, monitor runc.ProcessMo
 	return nil, fmt.Errorf("stdout %q: unknown scheme %q (want fifo, file, binary or binary-v2): %w", cfg.Stdout, u.Scheme, errdefs.ErrInvalidArgument)
 }
 
-// CheckFIFO refuses a stdio path that is not a FIFO itself: a regular file, a directory, a
+// checkFIFO refuses a stdio path that is not a FIFO itself: a regular file, a directory, a
 // symlink (whose target the caller did not name) or nothing. containerd creates the FIFOs
 // before it asks; anything else is a request to refuse, not to follow.
-func CheckFIFO(path string) error {
+func checkFIFO(path string) error {
 	st, err := os.Lstat(path)
 	if err != nil {
 		return fmt.Errorf("stdio %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
@@ -121,7 +121,7 @@ func CheckFIFO(path string) error {
 // writer, and the copy sees EOF once no client holds one either. Neither open blocks, so no
 // thread waits for a client that may never come.
 func openStdin(path string) (r, keeper *os.File, err error) {
-	if err := CheckFIFO(path); err != nil {
+	if err := checkFIFO(path); err != nil {
 		return nil, nil, err
 	}
 	// The read end first: a non-blocking open for writing fails (ENXIO) while no reader exists.
@@ -146,7 +146,7 @@ func openStdin(path string) (r, keeper *os.File, err error) {
 // opened its end yet, and keeps the FIFO from breaking if the reader goes away: output waits
 // in the pipe instead of being lost.
 func outputFIFO(path string) (io.WriteCloser, error) {
-	if err := CheckFIFO(path); err != nil {
+	if err := checkFIFO(path); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
