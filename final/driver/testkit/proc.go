@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// What a test asks of the processes and files a run leaves: pids, open files, mounts, children,
+// runc's state, the shims of a driver, and whether a container's shell has set its trap. Reading
+// /proc itself is the driver's (proc.go there); not a mirror of any containerd function.
+
 package testkit
 
 import (
