@@ -4,9 +4,7 @@ package shimtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -23,7 +21,6 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
-	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // runExec adds, starts, waits for and deletes one exec through svc, with bounded contexts, and
@@ -247,23 +244,14 @@ func TestOneExecStartsOnce(t *testing.T) {
 // namespace: the init's exit then takes nothing down with it.
 func withoutPIDNamespace(t *testing.T, dir string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		t.Fatal(err)
-	}
-	if spec.Linux == nil {
-		t.Fatal("the spec has no linux section")
-	}
-	spec.Linux.Namespaces = slices.DeleteFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
-		return ns.Type == specs.PIDNamespace
+	editSpec(t, dir, func(spec *specs.Spec) {
+		if spec.Linux == nil {
+			t.Fatal("the spec has no linux section")
+		}
+		spec.Linux.Namespaces = slices.DeleteFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+			return ns.Type == specs.PIDNamespace
+		})
 	})
-	if err := driver.WriteSpec(dir, &spec); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestExecExitComesFirstWithoutPIDNamespace: an init without a PID namespace of its own leaves

@@ -3,7 +3,6 @@
 package shimtest
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,18 +25,7 @@ const groupLabel = "io.containerd.shimwalk.v2.group"
 // annotate adds annotations to the config.json of bundle.
 func annotate(t *testing.T, dir string, annotations map[string]string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		t.Fatal(err)
-	}
-	spec.Annotations = annotations
-	if err := driver.WriteSpec(dir, &spec); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, dir, func(spec *specs.Spec) { spec.Annotations = annotations })
 }
 
 // TestGroupSharesOneShim: containers whose specs carry the same group annotation are served by

@@ -89,11 +89,10 @@ func (a *afterRunc) reached() bool {
 	return err == nil
 }
 
-// editSpec rewrites the task's config.json before Create.
-func editSpec(t *testing.T, k *testkit.Task, edit func(*specs.Spec)) {
+// editSpec rewrites the config.json of the bundle at dir, before Create.
+func editSpec(t *testing.T, dir string, edit func(*specs.Spec)) {
 	t.Helper()
-	path := filepath.Join(k.Bundle, bundle.ConfigFile)
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +101,7 @@ func editSpec(t *testing.T, k *testkit.Task, edit func(*specs.Spec)) {
 		t.Fatal(err)
 	}
 	edit(&spec)
-	if err := driver.WriteSpec(k.Bundle, &spec); err != nil {
+	if err := driver.WriteSpec(dir, &spec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -209,7 +208,7 @@ func TestExecRacingInitExit(t *testing.T) {
 	events := testkit.Events(t, d)
 	runc := testkit.NewFaultyRunc(t)
 	k := testkit.NewTask(t, d, "exec-race", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
-	editSpec(t, k, func(s *specs.Spec) {
+	editSpec(t, k.Bundle, func(s *specs.Spec) {
 		var kept []specs.LinuxNamespace
 		for _, n := range s.Linux.Namespaces {
 			if n.Type != specs.PIDNamespace {
@@ -467,7 +466,7 @@ func TestKilledInitTakesItsChildren(t *testing.T) {
 			k := testkit.NewTask(t, d, "pod-"+tc.name, testkit.TaskOptions{
 				Args: []string{"sh", "-c", "sleep 200 & echo forked; exec sleep 201"},
 			})
-			editSpec(t, k, func(s *specs.Spec) { s.Linux.Namespaces = tc.pid(s.Linux.Namespaces) })
+			editSpec(t, k.Bundle, func(s *specs.Spec) { s.Linux.Namespaces = tc.pid(s.Linux.Namespaces) })
 			initPid := k.Run()
 			var child int
 			testkit.Eventually(t, 20*time.Second, "the init never forked", func() bool {

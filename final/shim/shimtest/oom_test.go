@@ -3,10 +3,8 @@
 package shimtest
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,28 +17,18 @@ import (
 
 	"github.com/shimwalk/shimwalk/final/driver"
 	"github.com/shimwalk/shimwalk/final/driver/testkit"
-	"github.com/shimwalk/shimwalk/final/internal/bundle"
 )
 
 // limitMemory sets the memory limit in the config.json of bundle, as `ctr run --memory-limit`
 // would.
 func limitMemory(t *testing.T, dir string, limit int64) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, bundle.ConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		t.Fatal(err)
-	}
-	if spec.Linux.Resources == nil {
-		spec.Linux.Resources = &specs.LinuxResources{}
-	}
-	spec.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &limit}
-	if err := driver.WriteSpec(dir, &spec); err != nil {
-		t.Fatal(err)
-	}
+	editSpec(t, dir, func(spec *specs.Spec) {
+		if spec.Linux.Resources == nil {
+			spec.Linux.Resources = &specs.LinuxResources{}
+		}
+		spec.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &limit}
+	})
 }
 
 // requireMemoryCgroup skips (or fails under CI) where the container would have no memory
