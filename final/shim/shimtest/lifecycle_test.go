@@ -208,15 +208,7 @@ func TestExecRacingInitExit(t *testing.T) {
 	events := testkit.Events(t, d)
 	runc := testkit.NewFaultyRunc(t)
 	k := testkit.NewTask(t, d, "exec-race", testkit.TaskOptions{Args: []string{"sleep", "100"}, NullIO: true})
-	editSpec(t, k.Bundle, func(s *specs.Spec) {
-		var kept []specs.LinuxNamespace
-		for _, n := range s.Linux.Namespaces {
-			if n.Type != specs.PIDNamespace {
-				kept = append(kept, n)
-			}
-		}
-		s.Linux.Namespaces = kept
-	})
+	withoutPIDNamespace(t, k.Bundle)
 	req := k.CreateRequest()
 	req.Options = mustAny(t, &options.Options{BinaryName: runc.Path})
 	svc := k.Conn.Task
