@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,9 +158,24 @@ func TestCreateIDMappedRootfs(t *testing.T) {
 	d := testkit.NewDriver(t, shimBinary(t))
 	const id = "idmapped"
 	k := testkit.NewTask(t, d, id, testkit.TaskOptions{Args: []string{"sleep", "100"}, Overlay: true, NullIO: true})
+	// containerd's mount code idmaps the parent of the lower layers with every mount below it,
+	// and refuses (EINVAL) when one of those is a mount that cannot be idmapped. The shared
+	// busybox rootfs sits in the test process's work directory, where the other tests mount
+	// their overlays; this lower layer gets a parent of its own, as a snapshotter's layers do.
+	lower := filepath.Join(testkit.TempDir(t), "layers", "busybox")
+	if err := driver.BuildBusyboxRootfs(lower); err != nil {
+		t.Fatal(err)
+	}
 	req := k.CreateRequest()
 	m := req.Rootfs[0]
-	m.Options = append(append([]string(nil), m.Options...), "uidmap=0:100000:65536", "gidmap=0:100000:65536")
+	var opts []string
+	for _, o := range m.Options {
+		if strings.HasPrefix(o, "lowerdir=") {
+			o = "lowerdir=" + lower
+		}
+		opts = append(opts, o)
+	}
+	m.Options = append(opts, "uidmap=0:100000:65536", "gidmap=0:100000:65536")
 	if _, err := k.Conn.Task.Create(k.Ctx(), req); err != nil {
 		t.Fatalf("Create with an idmapped overlay: %v", err)
 	}
