@@ -289,17 +289,17 @@ func startLogger(u *url.URL, id, namespace string, monitor runc.ProcessMonitor) 
 	}()
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("logging binary %s: stdout pipe: %w", u.Path, err)
 	}
 	closers = append(closers, outR, outW)
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("logging binary %s: stderr pipe: %w", u.Path, err)
 	}
 	closers = append(closers, errR, errW)
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("logging binary %s: readiness pipe: %w", u.Path, err)
 	}
 	closers = append(closers, readyR, readyW)
 	var args []string
