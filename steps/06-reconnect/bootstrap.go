@@ -328,9 +328,12 @@ func deleteShim(o options) error {
 		bundle = "."
 	}
 	// The container first: it is what containerd runs this action for, and a hung shim must not
-	// use up the time containerd allows before the container is killed and unmounted.
+	// use up the time containerd allows before the container is killed and unmounted. A failure
+	// is reported, not returned: containerd would take a failed action's exit for the task's
+	// (255) and keep the bundle, while exit.json knows the real one. containerd's runc shim
+	// (manager.Stop) logs it and goes on too; containerd logs the action's stderr as a warning.
 	if err := cleanupContainer(o.namespace, o.id, bundle); err != nil {
-		return err
+		fmt.Fprintf(os.Stderr, "delete %s: cleanup incomplete, reporting the recorded exit: %v\n", o.id, err)
 	}
 	pidFile := filepath.Join(bundle, "shim.pid")
 	if pid, err := readPid(pidFile); err == nil && isShim(pid, o.id) {

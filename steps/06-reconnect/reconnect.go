@@ -56,23 +56,24 @@ func recoverExit(bundle string) exitRecord {
 }
 
 // cleanupContainer removes what a dead shim left of its container: the runc state (killing the
-// container if it still runs) and the rootfs mount.
+// container if it still runs) and the rootfs mount. Each is tried whatever the other did, and
+// what failed is returned for the caller to report.
 func cleanupContainer(namespace, id, bundle string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r := newRuntime(namespace, bundle)
 	mark := logEnd(r.Log)
-	// Only a runc that said the container does not exist leaves nothing to kill. Any other
-	// failure (a runc that died or hung, say) may leave the container running: the action
-	// fails, and containerd does not record an exit the container has not had.
+	var errs []error
+	// Only a runc that said the container does not exist leaves nothing to kill.
 	if err := r.Delete(ctx, id, &runc.DeleteOpts{Force: true}); err != nil && !strings.Contains(err.Error(), "does not exist") {
 		if msg := lastRuncError(r.Log, mark); msg != "" {
-			return fmt.Errorf("runc delete --force: %s", msg)
+			errs = append(errs, fmt.Errorf("runc delete --force: %s", msg))
+		} else {
+			errs = append(errs, fmt.Errorf("runc delete --force: %w", err))
 		}
-		return fmt.Errorf("runc delete --force: %w", err)
 	}
 	if err := unmountAll(filepath.Join(bundle, "rootfs")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
