@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestPodGrouping(t *testing.T) {
 	}
 	for _, what := range []string{"pod", "one", "two"} {
 		pid := res.Pids[what]
-		if !contains(shimProc.Children, pid) {
+		if !slices.Contains(shimProc.Children, pid) {
 			t.Errorf("%s's process %d is not a child of the pod's shim %d (its children: %v)", what, pid, shimProc.Pid, shimProc.Children)
 		}
 	}
@@ -85,13 +86,4 @@ func TestPodGrouping(t *testing.T) {
 	if len(res.ShimsAfter) != 0 {
 		t.Errorf("shims left after the pod was removed: %v", res.ShimsAfter)
 	}
-}
-
-func contains(pids []int, pid int) bool {
-	for _, p := range pids {
-		if p == pid {
-			return true
-		}
-	}
-	return false
 }
