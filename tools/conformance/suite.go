@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -572,47 +571,19 @@ func suiteContainers(root string) []string {
 // suiteMounts are the mount points below the suite's paths and its working directory, deepest
 // first.
 func suiteMounts(work string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
 	var ms []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
+	for _, p := range []string{suiteState, suiteRoot, work} {
+		if p == "" {
 			continue
 		}
-		mp := unescapeMount(f[4])
-		for _, p := range []string{suiteState, suiteRoot, work} {
-			if p == "" {
-				continue
-			}
-			if mp == p || strings.HasPrefix(mp, p+"/") {
-				ms = append(ms, mp)
-			}
+		below, err := driver.MountsUnder(p)
+		if err != nil {
+			return nil
 		}
+		ms = append(ms, below...)
 	}
 	sort.Slice(ms, func(i, j int) bool { return len(ms[i]) > len(ms[j]) })
 	return ms
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // newEmptyCgroups lists the suite's cgroups (suiteCgroups) in hierarchies that are not in

@@ -25,19 +25,6 @@ func TestSuiteEnvReplacesProxyAndTrust(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		`/run/containerd-test/a\040b`: "/run/containerd-test/a b",
-		`/plain`:                      "/plain",
-		`/trailing\04`:                `/trailing\04`,
-		`/x\134y`:                     `/x\y`,
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // fakeSuite writes a test binary stand-in that passes TestA and then hangs in TestHang, whatever
 // -test.skip says, as a regression that hangs every exec test would.
 func fakeSuite(t *testing.T) (suite, pkgDir string) {

@@ -498,9 +498,6 @@ func TestEventsPrintsForwardedEvents(t *testing.T) {
 }
 
 func TestRunWaitsAndEventsFollowOnStep05(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(testkit.RepoRoot(t), step05)); errors.Is(err, os.ErrNotExist) {
-		t.Skip("steps/05-wait-events not built yet")
-	}
 	t.Parallel()
 	s := newShimctl(t, step05)
 	rootfs := testkit.Rootfs(t)

@@ -138,7 +138,7 @@ func launch(t testing.TB, version string, cgroupV1Only bool, dir, namespace stri
 	cfg, err := driver.ReleaseConfig(version)
 	var notInstalled *driver.MissingError
 	if errors.As(err, &notInstalled) {
-		missing(t, err.Error())
+		Missing(t, err.Error())
 	} else if err != nil {
 		t.Fatal(err)
 	}
