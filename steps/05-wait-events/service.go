@@ -439,7 +439,7 @@ func (s *service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 	s.log.Info("deleted", "pid", p.pid)
 	resp := &taskapi.DeleteResponse{Pid: uint32(p.pid), ExitStatus: uint32(p.exited.status), ExitedAt: timestamppb.New(p.exited.at)}
 	s.events.publish(topicDelete, &eventstypes.TaskDelete{
-		ContainerID: p.id, ID: p.id, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt,
+		ContainerID: p.id, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt,
 	})
 	return resp, nil
 }

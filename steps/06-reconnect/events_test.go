@@ -76,7 +76,9 @@ func TestLifecycleEvents(t *testing.T) {
 	if exit == nil || exit.ContainerID != k.ID || exit.ID != k.ID || exit.Pid != pid || exit.ExitStatus != 4 || exit.ExitedAt == nil {
 		t.Errorf("TaskExit = %v", got[2].Event)
 	}
-	if del == nil || del.ContainerID != k.ID || del.Pid != pid || del.ExitStatus != 4 {
+	// containerd's TaskDelete names the container only: ID is an exec's, and a task's delete
+	// is no exec's.
+	if del == nil || del.ContainerID != k.ID || del.ID != "" || del.Pid != pid || del.ExitStatus != 4 {
 		t.Errorf("TaskDelete = %v", got[3].Event)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	eventstypes "github.com/containerd/containerd/api/events"
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/api/types/task"
@@ -194,6 +195,11 @@ func TestTwoStartsKeepTheExit(t *testing.T) {
 	got := nextEvents(t, events, 0, 4)
 	if s := topics(got); s != "/tasks/create /tasks/start /tasks/exit /tasks/delete" {
 		t.Errorf("events: %s", s)
+	}
+	// containerd's TaskDelete names the container only: ID is an exec's, and a task's delete
+	// is no exec's.
+	if del, _ := got[3].Event.(*eventstypes.TaskDelete); del == nil || del.ContainerID != k.ID || del.ID != "" {
+		t.Errorf("TaskDelete = %v, want the container %s and no ID", got[3].Event, k.ID)
 	}
 }
 

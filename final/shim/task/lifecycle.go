@@ -321,7 +321,7 @@ func (s *Service) Delete(ctx context.Context, r *taskapi.DeleteRequest) (*taskap
 		resp = &taskapi.DeleteResponse{ExitedAt: timestamppb.New(time.Time{})}
 	}
 	s.cfg.Events.Publish(events.TopicDelete, &eventstypes.TaskDelete{
-		ContainerID: c.id, ID: c.id, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt,
+		ContainerID: c.id, Pid: resp.Pid, ExitStatus: resp.ExitStatus, ExitedAt: resp.ExitedAt,
 	})
 	s.mu.Unlock()
 	s.cfg.Log.Info("deleted", "id", c.id)
